@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: Apache-2.0
+// The identity compressor: plain averaging by allreduce, the baseline every other compressor is
+// measured against, and the smallest model of Compressor and PayloadCodec.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "bellows/concepts.hpp"
+#include "bellows/core/error.hpp"
+#include "bellows/core/shape.hpp"
+#include "bellows/core/traffic.hpp"
+#include "bellows/core/wire.hpp"
+#include "bellows/cpu/elementwise.hpp"
+#include "bellows/cpu/executor.hpp"
+
+namespace bellows {
+
+/// Averages a layer uncompressed. Agreement on non-finite input takes one extra allreduce of a
+/// single float before the data (the data allreduce itself cannot tell NaN input from overflow).
+template <class Exec = cpu::executor>
+class identity {
+public:
+  struct state {
+    layer_info layer;
+    std::uint64_t step = 0;
+  };
+
+  explicit identity(Exec& exec = Exec::shared()) : exec_(&exec) {}
+
+  [[nodiscard]] state make_state(const layer_info& layer) const { return {layer, 0}; }
+  [[nodiscard]] bellows::aggregation aggregation() const noexcept {
+    return bellows::aggregation::allreduce;
+  }
+
+  template <Collective Coll>
+  reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
+    check_size(st, inout.size());
+    float bad = all_finite(*exec_, std::span<const float>(inout)) ? 0.0f : 1.0f;
+    coll.allreduce_sum(std::span<float>(&bad, 1));
+    traffic sent{sizeof(float), 1, 0};
+    if (bad != 0.0f) return {step_status::non_finite, sent};
+    coll.allreduce_sum(inout);
+    divide(*exec_, inout, static_cast<float>(coll.size()));
+    ++st.step;
+    sent += traffic{inout.size_bytes(), inout.size(), inout.size()};
+    return {step_status::ok, sent};
+  }
+
+  [[nodiscard]] std::size_t max_payload_bytes(const state& st) const noexcept {
+    return wire::header_bytes + wire::padded(wire::array_end<float>(0, st.layer.size()));
+  }
+
+  [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in,
+                                            std::span<std::byte> out,
+                                            std::size_t /*rank*/ = 0) const {
+    check_size(st, in.size());
+    wire::header h{};
+    h.codec = wire::codec::identity;
+    h.n = in.size();
+    h.count = in.size();
+    if (!all_finite(*exec_, in)) h.flags |= wire::flag::non_finite;
+    wire::writer w(out, h);
+    std::ranges::copy(in, w.array<float>(in.size()).begin());
+    return w.finish();
+  }
+
+  [[nodiscard]] step_status validate(const state& st, std::span<const std::byte> payload) const {
+    return read(st, payload).first;
+  }
+
+  [[nodiscard]] step_status decode_add(const state& st, std::span<const std::byte> payload,
+                                       std::span<float> acc) const {
+    check_size(st, acc.size());
+    const auto [status, values] = read(st, payload);
+    if (status == step_status::ok)
+      for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += values[i];
+    return status;
+  }
+
+private:
+  /// Validates a payload completely; its values, unless the sender flagged non-finite input.
+  static std::pair<step_status, std::span<const float>> read(const state& st,
+                                                             std::span<const std::byte> payload) {
+    wire::reader r(payload, wire::codec::identity);
+    const wire::header& h = r.head();
+    if (h.n != st.layer.size() || h.count != h.n || h.param != 0 || (h.flags & wire::flag::index64))
+      detail::fail<wire_error>("identity: payload for ", h.n, " elements (count ", h.count,
+                               ", param ", h.param, ") where layer '", st.layer.name, "' has ",
+                               st.layer.size());
+    const std::span<const float> values = r.array<float>(h.count);
+    r.finish();
+    if (h.flags & wire::flag::non_finite) return {step_status::non_finite, {}};
+    return {step_status::ok, values};
+  }
+
+  static void check_size(const state& st, std::size_t n) {
+    BELLOWS_EXPECTS(n == st.layer.size(), "identity: layer '", st.layer.name, "' of shape ",
+                    st.layer.shape.to_string(), " has ", st.layer.size(), " elements, the buffer ",
+                    n);
+  }
+
+  Exec* exec_;
+};
+
+static_assert(Compressor<identity<>, archetypes::collective>, "identity must model Compressor");
+static_assert(PayloadCodec<identity<>>, "identity must model PayloadCodec");
+
+}  // namespace bellows

@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+// The four concepts a trainer plugs together: Collective, Compressor, ErrorFeedback and
+// RegimeDetector. Each is a numbered list of requirements with a minimal model beside it; every
+// model in bellows is checked against its concept with a static_assert where it is defined.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "bellows/core/gather_buffer.hpp"
+#include "bellows/core/shape.hpp"
+#include "bellows/core/traffic.hpp"
+
+namespace bellows {
+
+/// How a compressor exchanges its payloads.
+enum class aggregation : std::uint8_t {
+  allreduce,             ///< one allreduce_sum of a dense or shared-index buffer
+  allgather,             ///< one allgather of per-rank payloads, decoded and summed
+  allreduce_two_round,   ///< two allreduce_sums (PowerSGD's P, then Q)
+};
+
+/// What a regime detector decides for a layer: `critical` layers get the low compression level.
+enum class regime : std::uint8_t { critical, normal };
+
+/// Collective: the transport of one group of ranks (MPI communicator, NCCL communicator, threads).
+///  1. `c.rank()` and `c.size()`: this rank's index in [0, size) and the number of ranks, both
+///     convertible to std::size_t and fixed for the collective's life.
+///  2. `c.allreduce_sum(std::span<float> v)`: in place, every rank's v becomes the elementwise sum
+///     over ranks. Every rank passes the same length. Implementations should sum in an order that
+///     gives every rank the same bits (the local collective sums in rank order).
+///  3. `c.allgather(std::span<const std::byte> mine, gather_buffer& out)`: afterwards `out` holds
+///     one block per rank, in rank order, block r being rank r's `mine`; blocks may differ in size.
+///     Implement it by gathering the sizes first, then the bytes (MPI_Allgather + MPI_Allgatherv).
+///  4. Every rank calls the same operations in the same order; a failure on one rank must make the
+///     others fail too (throw), never hang.
+/// Minimal model: archetypes::collective below (one rank).
+template <class C>
+concept Collective = requires(C& c, const C& cc, std::span<float> values,
+                              std::span<const std::byte> mine, gather_buffer& out) {
+  { cc.rank() } -> std::convertible_to<std::size_t>;
+  { cc.size() } -> std::convertible_to<std::size_t>;
+  c.allreduce_sum(values);
+  c.allgather(mine, out);
+};
+
+namespace archetypes {
+/// The least a Collective provides, for checking other concepts against (one rank, no traffic).
+struct collective {
+  [[nodiscard]] std::size_t rank() const noexcept { return 0; }
+  [[nodiscard]] std::size_t size() const noexcept { return 1; }
+  void allreduce_sum(std::span<float>) noexcept {}
+  void allgather(std::span<const std::byte> mine, gather_buffer& out) {
+    const std::size_t n = mine.size();
+    out.resize({&n, 1});
+    std::ranges::copy(mine, out.block(0).begin());
+  }
+};
+static_assert(Collective<collective>, "the archetype must model Collective");
+}  // namespace archetypes
+
+/// Compressor: compresses one layer's gradient, exchanges it through a Collective, and leaves the
+/// average of what every rank contributed.
+///  1. `C::state`: everything the compressor keeps for one layer (step counter, workspace, and for
+///     PowerSGD its query and error memory); movable. Workspace is sized here, so `reduce` does
+///     not allocate once the collective's buffers have grown.
+///  2. `c.make_state(layer_info)` -> `C::state`: validates the configuration for that layer and
+///     raises bellows::error naming the layer and the bad value.
+///  3. `c.reduce(state, std::span<float> inout, collective)` -> reduce_result: a collective call
+///     (every rank calls it for the same layer in the same order). On return `inout` holds the
+///     average over ranks of each rank's decompressed contribution, identical on every rank, and
+///     the step counter of the state has advanced by one. If any rank's input held NaN or Inf,
+///     every rank returns step_status::non_finite, `inout` is as it was and no state changed; the
+///     ranks agree on this through their first exchange, so no rank waits for another.
+///  4. `c.aggregation()` -> bellows::aggregation: how reduce exchanges.
+/// Single-round codecs also model PayloadCodec below.
+/// Minimal model: bellows::identity (compressors/identity.hpp).
+template <class C, class Coll>
+concept Compressor =
+    Collective<Coll> && requires(C& c, const C& cc, const layer_info& layer, typename C::state& st,
+                                 std::span<float> inout, Coll& coll) {
+      { cc.make_state(layer) } -> std::same_as<typename C::state>;
+      { c.reduce(st, inout, coll) } -> std::same_as<reduce_result>;
+      { cc.aggregation() } -> std::same_as<aggregation>;
+    };
+
+/// PayloadCodec: a single-round compressor whose payload a trainer may carry itself.
+///  1. `c.max_payload_bytes(state)`: an upper bound of the payload size for that layer.
+///  2. `c.encode(state, std::span<const float> in, std::span<std::byte> out, rank)` -> the bytes
+///     of the payload written at the start of `out` (wire format of core/wire.hpp, `out` aligned
+///     to 8 bytes); random choices are keyed by the state's step and, where SPEC.md says so, the
+///     sender's `rank`. encode does not advance the step (reduce does; a trainer driving encode
+///     itself advances `state.step` once per exchange).
+///  3. `c.validate(state, std::span<const std::byte> payload)` -> step_status: checks the whole
+///     payload against the layer (header, sizes, index bounds) and raises bellows::wire_error if
+///     it is malformed; returns non_finite if the sender flagged non-finite input.
+///  4. `c.decode_add(state, payload, std::span<float> acc)` -> step_status: validates as above
+///     (acc untouched on error or on non_finite), else adds the decoded values to acc.
+template <class C>
+concept PayloadCodec = requires(const C& cc, typename C::state& st, std::span<const float> in,
+                                std::span<std::byte> out, std::span<const std::byte> payload,
+                                std::span<float> acc, std::size_t rank) {
+  { cc.max_payload_bytes(st) } -> std::convertible_to<std::size_t>;
+  { cc.encode(st, in, out, rank) } -> std::same_as<std::span<std::byte>>;
+  { cc.validate(st, payload) } -> std::same_as<step_status>;
+  { cc.decode_add(st, payload, acc) } -> std::same_as<step_status>;
+};
+
+/// ErrorFeedback: the memory e that carries what compression left out into the next step.
+///  1. `f.add_layer(layer_info)`: sizes the memory of a layer (ids are 0, 1, 2, ... in order).
+///  2. `f.compensate(id, std::span<float> grad)`: grad becomes m = grad + e (or is left alone by
+///     the `none` memory).
+///  3. `f.update(id, std::span<const float> m, std::span<const float> contribution)`: e becomes
+///     m - contribution, where contribution is what this rank's m turned into after compression.
+/// Minimal model:
+///   struct no_memory {
+///     void add_layer(const layer_info&) {}
+///     void compensate(std::size_t, std::span<float>) {}
+///     void update(std::size_t, std::span<const float>, std::span<const float>) {}
+///   };
+template <class F>
+concept ErrorFeedback = requires(F& f, const layer_info& layer, std::size_t id, std::span<float> grad,
+                                 std::span<const float> m, std::span<const float> contribution) {
+  f.add_layer(layer);
+  f.compensate(id, grad);
+  f.update(id, m, contribution);
+};
+
+/// RegimeDetector: decides, per layer, whether training is in a critical regime.
+///  1. `d.observe(id, std::span<const float> grad)`: during an epoch, the raw local gradient of a
+///     layer at one step.
+///  2. `d.end_epoch(epoch, lr, collective)` -> a range of `regime`, one per layer: a collective
+///     call; every rank gets the same decisions.
+/// Minimal model (always critical):
+///   struct always_critical {
+///     std::vector<regime> r;
+///     void observe(std::size_t, std::span<const float>) {}
+///     template <Collective C> std::span<const regime> end_epoch(std::size_t, float, C&) { return r; }
+///   };
+template <class D, class Coll>
+concept RegimeDetector = Collective<Coll> && requires(D& d, std::size_t id, std::span<const float> grad,
+                                                      std::size_t epoch, float lr, Coll& coll) {
+  d.observe(id, grad);
+  { d.end_epoch(epoch, lr, coll) } -> std::convertible_to<std::span<const regime>>;
+};
+
+}  // namespace bellows

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+// The exceptions bellows throws, and the one check macro that raises them.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace bellows {
+
+/// Base of every exception bellows throws: bad configuration, bad input, a failed collective.
+class error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A payload or file from outside failed validation; nothing was changed.
+class wire_error : public error {
+public:
+  using error::error;
+};
+
+/// A CUDA runtime or library call failed (raised by the CUDA backend's check macro).
+class cuda_error : public error {
+public:
+  using error::error;
+};
+
+/// A collective operation failed, e.g. because another worker of the group threw.
+class collective_error : public error {
+public:
+  using error::error;
+};
+
+namespace detail {
+
+template <class... Parts>
+std::string concat(Parts&&... parts) {
+  std::ostringstream out;
+  (out << ... << std::forward<Parts>(parts));
+  return out.str();
+}
+
+template <class Error = error, class... Parts>
+[[noreturn]] void fail(Parts&&... parts) {
+  throw Error(concat(std::forward<Parts>(parts)...));
+}
+
+}  // namespace detail
+}  // namespace bellows
+
+/// BELLOWS_EXPECTS(condition, message parts...): throws bellows::error whose text is the
+/// message parts streamed together, followed by the failed condition, e.g.
+///   BELLOWS_EXPECTS(ratio > 0 && ratio <= 1, "layer 'fc1': ratio must be in (0, 1], got ", ratio);
+/// -> "layer 'fc1': ratio must be in (0, 1], got 0 [check: ratio > 0 && ratio <= 1]"
+#define BELLOWS_EXPECTS(condition, ...)                                                    \
+  do {                                                                                     \
+    if (!(condition)) ::bellows::detail::fail(__VA_ARGS__, " [check: " #condition "]"); \
+  } while (false)

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// Where a variable-size allgather leaves the blocks of all ranks.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "bellows/core/error.hpp"
+
+namespace bellows {
+
+/// The result of an allgather: one byte block per rank, in rank order. Every block starts at a
+/// multiple of `alignment` bytes from the start of the storage, so a block whose producer padded
+/// it to that multiple (as the wire format does) can be read as arrays of 4- and 8-byte values.
+/// The storage grows to the largest total seen and is reused, so a steady training loop does not
+/// allocate here after its first steps.
+class gather_buffer {
+public:
+  static constexpr std::size_t alignment = 8;
+
+  /// For collective implementers: lay out one block per rank of the given sizes.
+  void resize(std::span<const std::size_t> sizes) {
+    offsets_.resize(sizes.size() + 1);
+    sizes_.assign(sizes.begin(), sizes.end());
+    std::size_t at = 0;
+    for (std::size_t r = 0; r < sizes.size(); ++r) {
+      offsets_[r] = at;
+      at += (sizes[r] + alignment - 1) / alignment * alignment;
+    }
+    offsets_[sizes.size()] = at;
+    bytes_.resize(at);
+  }
+
+  /// Number of blocks (the collective's size after a gather).
+  [[nodiscard]] std::size_t blocks() const noexcept { return sizes_.size(); }
+
+  /// Block of rank r.
+  [[nodiscard]] std::span<const std::byte> block(std::size_t r) const {
+    BELLOWS_EXPECTS(r < blocks(), "gather_buffer: block ", r, " of ", blocks());
+    return {bytes_.data() + offsets_[r], sizes_[r]};
+  }
+  /// Writable block of rank r, for collective implementers.
+  [[nodiscard]] std::span<std::byte> block(std::size_t r) {
+    BELLOWS_EXPECTS(r < blocks(), "gather_buffer: block ", r, " of ", blocks());
+    return {bytes_.data() + offsets_[r], sizes_[r]};
+  }
+
+  /// Sum of the block sizes (without alignment padding).
+  [[nodiscard]] std::size_t total_bytes() const noexcept {
+    std::size_t t = 0;
+    for (std::size_t s : sizes_) t += s;
+    return t;
+  }
+
+private:
+  std::vector<std::byte> bytes_;
+  std::vector<std::size_t> offsets_;
+  std::vector<std::size_t> sizes_;
+};
+
+}  // namespace bellows

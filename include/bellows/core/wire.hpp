@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: Apache-2.0
+// The versioned wire format of compressed payloads, with a writer and a validating reader.
+//
+// A payload is a 40-byte header followed by a body of typed arrays, each array starting at a
+// multiple of its element size, the whole body padded with zero bytes to a multiple of 8 bytes.
+// All integers are little-endian.
+//
+//   offset  size  field
+//        0     4  magic      "BLWS" (0x53574C42)
+//        4     2  version    1
+//        6     1  codec      wire::codec
+//        7     1  flags      bit 0: 64-bit indices; bit 1: the sender's input was non-finite
+//        8     8  n          elements of the layer
+//       16     8  count      codec-defined: kept elements (top-k, rand-k), buckets (QSGD)
+//       24     4  param      codec-defined: bits | bucket size << 8 (QSGD), 0 otherwise
+//       28     4  reserved   0
+//       32     8  body_bytes bytes after the header, padding included
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <type_traits>
+
+#include "bellows/core/config.hpp"
+#include "bellows/core/error.hpp"
+
+namespace bellows::wire {
+
+inline constexpr std::uint32_t magic = 0x53574C42u;  // bytes 'B' 'L' 'W' 'S'
+inline constexpr std::uint16_t version = 1;
+inline constexpr std::size_t body_alignment = 8;
+
+enum class codec : std::uint8_t { identity = 0, topk = 1, randk = 2, qsgd = 3, powersgd = 4 };
+
+[[nodiscard]] constexpr const char* to_string(codec c) noexcept {
+  switch (c) {
+    case codec::identity: return "identity";
+    case codec::topk: return "topk";
+    case codec::randk: return "randk";
+    case codec::qsgd: return "qsgd";
+    case codec::powersgd: return "powersgd";
+  }
+  return "unknown";
+}
+
+namespace flag {
+inline constexpr std::uint8_t index64 = 1u << 0;
+inline constexpr std::uint8_t non_finite = 1u << 1;
+inline constexpr std::uint8_t all = index64 | non_finite;
+}  // namespace flag
+
+struct header {
+  std::uint32_t magic = wire::magic;
+  std::uint16_t version = wire::version;
+  wire::codec codec = wire::codec::identity;
+  std::uint8_t flags = 0;
+  std::uint64_t n = 0;
+  std::uint64_t count = 0;
+  std::uint32_t param = 0;
+  std::uint32_t reserved = 0;
+  std::uint64_t body_bytes = 0;
+};
+static_assert(sizeof(header) == 40 && std::is_trivially_copyable_v<header>,
+              "the wire header must be 40 bytes with no padding");
+
+inline constexpr std::size_t header_bytes = sizeof(header);
+
+/// Bytes one array of `count` values of T occupies in a body when it starts at byte `at`.
+template <class T>
+[[nodiscard]] constexpr std::size_t array_end(std::size_t at, std::size_t count) noexcept {
+  return (at + alignof(T) - 1) / alignof(T) * alignof(T) + count * sizeof(T);
+}
+
+/// The padded body size for a body whose last array ends at `end`.
+[[nodiscard]] constexpr std::size_t padded(std::size_t end) noexcept {
+  return (end + body_alignment - 1) / body_alignment * body_alignment;
+}
+
+/// Writes a payload into caller-provided storage (sized with the codec's own size function,
+/// from array_end and padded): the header first, then arrays in order, then `finish`.
+class writer {
+public:
+  writer(std::span<std::byte> out, const header& h) : out_(out) {
+    BELLOWS_EXPECTS(out.size() >= header_bytes, "wire::writer: storage of ", out.size(),
+                    " bytes cannot hold the ", header_bytes, "-byte header");
+    BELLOWS_EXPECTS(reinterpret_cast<std::uintptr_t>(out.data()) % body_alignment == 0,
+                    "wire::writer: storage must start at a multiple of ", body_alignment, " bytes");
+    h_ = h;
+  }
+
+  /// Appends an array and returns where it was written, for kernels that fill it in place.
+  template <class T>
+  std::span<T> array(std::size_t count) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const std::size_t start = (pos_ + alignof(T) - 1) / alignof(T) * alignof(T);
+    const std::size_t end = start + count * sizeof(T);
+    BELLOWS_EXPECTS(header_bytes + end <= out_.size(), "wire::writer: array of ", count,
+                    " elements overruns the ", out_.size(), "-byte storage");
+    std::memset(out_.data() + header_bytes + pos_, 0, start - pos_);
+    pos_ = end;
+    return {reinterpret_cast<T*>(out_.data() + header_bytes + start), count};
+  }
+
+  /// Pads the body, writes the header, and returns the payload's bytes.
+  std::span<std::byte> finish() {
+    const std::size_t body = padded(pos_);
+    BELLOWS_EXPECTS(header_bytes + body <= out_.size(), "wire::writer: padding overruns storage");
+    std::memset(out_.data() + header_bytes + pos_, 0, body - pos_);
+    h_.body_bytes = body;
+    std::memcpy(out_.data(), &h_, header_bytes);
+    return out_.first(header_bytes + body);
+  }
+
+private:
+  std::span<std::byte> out_;
+  header h_{};
+  std::size_t pos_ = 0;
+};
+
+/// Reads a payload, validating everything before anything is used. Construction checks the
+/// header against the expected codec; `array` checks each array against the body; `finish`
+/// checks that the body held nothing more than the arrays and zero padding. Every failure
+/// raises bellows::wire_error naming the field and the value.
+class reader {
+public:
+  reader(std::span<const std::byte> in, codec expected) : in_(in) {
+    if (in.size() < header_bytes)
+      detail::fail<wire_error>("wire: payload of ", in.size(), " bytes is shorter than the ",
+                               header_bytes, "-byte header");
+    if (reinterpret_cast<std::uintptr_t>(in.data()) % body_alignment != 0)
+      detail::fail<wire_error>("wire: payload does not start at a multiple of ", body_alignment,
+                               " bytes");
+    std::memcpy(static_cast<void*>(&h_), in.data(), header_bytes);
+    if (h_.magic != magic)
+      detail::fail<wire_error>("wire: bad magic 0x", std::hex, h_.magic, " (expected 0x", magic, ")");
+    if (h_.version != version)
+      detail::fail<wire_error>("wire: unsupported version ", h_.version, " (this build reads ",
+                               version, ")");
+    if (h_.codec != expected)
+      detail::fail<wire_error>("wire: payload of codec ", static_cast<unsigned>(h_.codec), " (",
+                               to_string(h_.codec), ") where ", to_string(expected), " was expected");
+    if ((h_.flags & ~flag::all) != 0)
+      detail::fail<wire_error>("wire: unknown flag bits 0x", std::hex, unsigned{h_.flags});
+    if (h_.reserved != 0)
+      detail::fail<wire_error>("wire: reserved field is ", h_.reserved, ", not 0");
+    if (h_.body_bytes != in.size() - header_bytes)
+      detail::fail<wire_error>("wire: header says ", h_.body_bytes, " body bytes, payload has ",
+                               in.size() - header_bytes);
+    if (h_.body_bytes % body_alignment != 0)
+      detail::fail<wire_error>("wire: body of ", h_.body_bytes, " bytes is not padded to ",
+                               body_alignment);
+  }
+
+  [[nodiscard]] const header& head() const noexcept { return h_; }
+
+  /// The next array of `count` values of T.
+  template <class T>
+  [[nodiscard]] std::span<const T> array(std::uint64_t count) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const std::size_t body = in_.size() - header_bytes;
+    const std::size_t start = (pos_ + alignof(T) - 1) / alignof(T) * alignof(T);
+    if (count > (body - std::min(start, body)) / sizeof(T))
+      detail::fail<wire_error>("wire: array of ", count, " elements of ", sizeof(T),
+                               " bytes overruns the ", body, "-byte body of a ", to_string(h_.codec),
+                               " payload");
+    pos_ = start + count * sizeof(T);
+    return {reinterpret_cast<const T*>(in_.data() + header_bytes + start),
+            static_cast<std::size_t>(count)};
+  }
+
+  /// Checks that only zero padding follows the last array.
+  void finish() const {
+    const std::size_t body = in_.size() - header_bytes;
+    if (padded(pos_) != body)
+      detail::fail<wire_error>("wire: ", body - pos_, " bytes follow the arrays of a ",
+                               to_string(h_.codec), " payload (expected ", padded(pos_) - pos_, ")");
+    for (std::size_t i = pos_; i < body; ++i)
+      if (in_[header_bytes + i] != std::byte{0})
+        detail::fail<wire_error>("wire: non-zero padding byte at body offset ", i);
+  }
+
+private:
+  std::span<const std::byte> in_;
+  header h_{};
+  std::size_t pos_ = 0;
+};
+
+}  // namespace bellows::wire

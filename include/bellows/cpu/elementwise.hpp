@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+// CPU kernels that touch each element once: finiteness check, fill, division by a scalar.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "bellows/cpu/executor.hpp"
+
+namespace bellows::cpu {
+
+/// Elements per task of the elementwise kernels; fixed, so results never depend on threads.
+inline constexpr std::size_t elementwise_chunk = std::size_t{1} << 16;
+
+/// True when no element is NaN or +-Inf (an exponent field of all ones).
+[[nodiscard]] inline bool all_finite(executor& exec, std::span<const float> x) {
+  std::atomic<bool> bad{false};
+  exec.for_chunks(x.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
+    std::uint32_t any = 0;
+    for (std::size_t i = lo; i < hi; ++i)
+      any |= static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(x[i]) & 0x7F800000u) == 0x7F800000u);
+    if (any) bad.store(true, std::memory_order_relaxed);
+  });
+  return !bad.load(std::memory_order_relaxed);
+}
+
+/// x[i] = value for every element.
+inline void fill(executor& exec, std::span<float> x, float value) {
+  exec.for_chunks(x.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
+    std::fill(x.data() + lo, x.data() + hi, value);
+  });
+}
+
+/// x[i] = x[i] / d for every element (division, not multiplication by 1/d, as SPEC.md's averages).
+inline void divide(executor& exec, std::span<float> x, float d) {
+  exec.for_chunks(x.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) x[i] /= d;
+  });
+}
+
+}  // namespace bellows::cpu

@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: Apache-2.0
+// The compressors the conformance suite runs, one case type each: how to build it with an
+// executor. A new compressor joins the suite with a case here and a name in test_conformance.cpp.
+#pragma once
+
+#include <bellows/compressors/identity.hpp>
+#include <bellows/cpu/executor.hpp>
+
+namespace bellows::testing {
+
+struct identity_case {
+  using compressor = bellows::identity<>;
+  static compressor make(cpu::executor& exec) { return compressor(exec); }
+};
+
+}  // namespace bellows::testing

@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+// The conformance suite of the Compressor concept (and of PayloadCodec where a compressor models
+// it), written once and run for every compressor listed in CONFORMANCE_CASES.
+#include <bellows/collectives/counting.hpp>
+#include <bellows/collectives/local.hpp>
+#include <bellows/compressors/detail/gather_average.hpp>
+#include <bellows/cpu/elementwise.hpp>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "../support/allocation_counter.hpp"
+#include "../support/random.hpp"
+#include "conformance_cases.hpp"
+
+#define CONFORMANCE_CASES bellows::testing::identity_case
+
+namespace {
+
+using bellows::collectives::local;
+using bellows::collectives::local_group;
+
+const bellows::shape test_shapes[] = {bellows::shape{1}, bellows::shape{1000}, bellows::shape{64, 48},
+                                      bellows::shape{16, 4, 3, 3}};
+
+/// Gradient of `rank` at `step` for a layer: seeded normal data, different per rank and step.
+std::vector<float> gradient(std::size_t n, std::size_t rank, int step) {
+  return bellows::testing::normal_floats(n, 7919 * static_cast<std::uint64_t>(step) + rank);
+}
+
+struct step_record {
+  std::vector<float> out;
+  bellows::reduce_result result;
+};
+
+/// Runs `steps` reduce calls on W ranks; grad_of(rank, step) gives each input. Returns
+/// record[rank][step].
+template <class Case, class GradOf>
+std::vector<std::vector<step_record>> run(std::size_t w, const bellows::shape& shp, int steps,
+                                          GradOf&& grad_of, unsigned threads = 1) {
+  std::vector<std::vector<step_record>> rec(w, std::vector<step_record>(static_cast<std::size_t>(steps)));
+  bellows::cpu::executor exec(threads);
+  local_group group(w);
+  group.run([&](local& comm) {
+    auto c = Case::make(exec);
+    auto st = c.make_state({3, "conv.weight", shp});
+    for (int s = 0; s < steps; ++s) {
+      std::vector<float> x = grad_of(comm.rank(), s);
+      const auto r = c.reduce(st, x, comm);
+      rec[comm.rank()][static_cast<std::size_t>(s)] = {x, r};
+    }
+  });
+  return rec;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("conformance: every rank gets the same bits, run after run, for any thread count",
+                   Case, CONFORMANCE_CASES) {
+  for (const bellows::shape& shp : test_shapes) {
+    for (std::size_t w : {1u, 2u, 3u}) {
+      CAPTURE(shp.to_string());
+      CAPTURE(w);
+      auto grads = [&](std::size_t r, int s) { return gradient(shp.size(), r, s); };
+      const auto a = run<Case>(w, shp, 3, grads);
+      const auto b = run<Case>(w, shp, 3, grads, 3);
+      for (std::size_t r = 0; r < w; ++r) {
+        for (std::size_t s = 0; s < 3; ++s) {
+          CHECK(a[r][s].result.status == bellows::step_status::ok);
+          CHECK(same_bits(a[r][s].out, a[0][s].out));
+          CHECK(same_bits(a[r][s].out, b[r][s].out));
+          if (w > 1) CHECK(a[r][s].out != gradient(shp.size(), r, static_cast<int>(s)));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("conformance: NaN or Inf on one rank gives non_finite everywhere and changes nothing",
+                   Case, CONFORMANCE_CASES) {
+  const bellows::shape shp{64, 48};
+  const std::size_t n = shp.size(), w = 3;
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    CAPTURE(bad);
+    // Run A: steps 0, poisoned, 1. Run B: steps 0, 1. Step 1 must match bit for bit.
+    const auto with_bad = run<Case>(w, shp, 3, [&](std::size_t r, int s) {
+      if (s == 1) {
+        auto g = gradient(n, r, 99);
+        if (r == 1) g[n / 2 + 7] = bad;
+        return g;
+      }
+      return gradient(n, r, s == 0 ? 0 : 1);
+    });
+    const auto without = run<Case>(w, shp, 2, [&](std::size_t r, int s) { return gradient(n, r, s); });
+    for (std::size_t r = 0; r < w; ++r) {
+      CHECK(with_bad[r][1].result.status == bellows::step_status::non_finite);
+      auto expected_untouched = gradient(n, r, 99);
+      if (r == 1) expected_untouched[n / 2 + 7] = bad;
+      CHECK(same_bits(with_bad[r][1].out, expected_untouched));
+      CHECK(same_bits(with_bad[r][0].out, without[r][0].out));
+      CHECK(same_bits(with_bad[r][2].out, without[r][1].out));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("conformance: the traffic reported is the traffic the collective carried", Case,
+                   CONFORMANCE_CASES) {
+  for (std::size_t w : {1u, 3u}) {
+    bellows::cpu::executor exec(1);
+    local_group group(w);
+    std::atomic<int> right{0};
+    group.run([&](local& inner) {
+      bellows::collectives::counting<local> comm(inner);
+      auto c = Case::make(exec);
+      auto st = c.make_state({0, "fc", bellows::shape{100, 30}});
+      std::uint64_t reported = 0;
+      for (int s = 0; s < 4; ++s) {
+        auto x = gradient(3000, comm.rank(), s);
+        reported += c.reduce(st, x, comm).sent.bytes;
+      }
+      if (reported == comm.total().bytes_sent && reported > 0) ++right;
+    });
+    CHECK(right == static_cast<int>(w));
+  }
+}
+
+TEST_CASE_TEMPLATE("conformance: zeros in, zeros out", Case, CONFORMANCE_CASES) {
+  for (const bellows::shape& shp : test_shapes) {
+    const auto rec = run<Case>(2, shp, 2, [&](std::size_t, int) { return std::vector<float>(shp.size(), 0.0f); });
+    for (const auto& rank : rec)
+      for (const auto& step : rank) {
+        CHECK(step.result.status == bellows::step_status::ok);
+        for (float v : step.out) CHECK(v == 0.0f);
+      }
+  }
+}
+
+TEST_CASE_TEMPLATE("conformance: a buffer of the wrong length is refused, naming the layer", Case,
+                   CONFORMANCE_CASES) {
+  bellows::cpu::executor exec(1);
+  auto c = Case::make(exec);
+  auto st = c.make_state({0, "head.bias", bellows::shape{10}});
+  std::vector<float> x(11, 1.0f);
+  bellows::archetypes::collective solo;
+  CHECK_THROWS_WITH_AS(c.reduce(st, x, solo), doctest::Contains("head.bias"), bellows::error);
+  CHECK(x == std::vector<float>(11, 1.0f));
+}
+
+TEST_CASE_TEMPLATE("conformance: steady-state steps allocate nothing", Case, CONFORMANCE_CASES) {
+  bellows::cpu::executor exec(1);
+  local_group group(2);
+  std::atomic<int> clean{0};
+  group.run([&](local& comm) {
+    auto c = Case::make(exec);
+    auto st = c.make_state({0, "fc", bellows::shape{256, 64}});
+    std::vector<float> x = gradient(256 * 64, comm.rank(), 0);
+    for (int s = 0; s < 3; ++s) (void)c.reduce(st, x, comm);  // warm-up grows the buffers
+    const std::size_t before = bellows::testing::allocations;
+    for (int s = 0; s < 5; ++s) (void)c.reduce(st, x, comm);
+    if (bellows::testing::allocations == before) ++clean;
+  });
+  CHECK(clean == 2);
+}
+
+namespace {
+// For PayloadCodec models: an 8-byte aligned buffer of the codec's maximum payload size.
+struct payload_storage {
+  std::vector<std::uint64_t> words;
+  explicit payload_storage(std::size_t bytes) : words((bytes + 7) / 8) {}
+  std::span<std::byte> bytes() { return std::as_writable_bytes(std::span(words)); }
+};
+}  // namespace
+
+TEST_CASE_TEMPLATE("conformance: reduce equals the average of each rank's decoded payload", Case,
+                   CONFORMANCE_CASES) {
+  using C = typename Case::compressor;
+  if constexpr (bellows::PayloadCodec<C>) {
+    const bellows::shape shp{40, 25};
+    const std::size_t n = shp.size();
+    for (std::size_t w : {1u, 2u, 3u, 8u}) {
+      CAPTURE(w);
+      auto grads = [&](std::size_t r, int s) { return gradient(n, r, s); };
+      const auto rec = run<Case>(w, shp, 2, grads);
+      bellows::cpu::executor exec(1);
+      const C c = Case::make(exec);
+      for (int s = 0; s < 2; ++s) {
+        auto st = c.make_state({3, "conv.weight", shp});
+        st.step = static_cast<std::uint64_t>(s);
+        // Reference in double: sum of decoded payloads over ranks, divided by W.
+        std::vector<double> ref(n, 0.0);
+        for (std::size_t r = 0; r < w; ++r) {
+          payload_storage buf(c.max_payload_bytes(st));
+          const auto x = grads(r, s);
+          const auto payload = c.encode(st, x, buf.bytes(), r);
+          std::vector<float> dec(n, 0.0f);
+          REQUIRE(c.decode_add(st, payload, dec) == bellows::step_status::ok);
+          for (std::size_t i = 0; i < n; ++i) ref[i] += dec[i];
+        }
+        double scale = 0;
+        for (double v : ref) scale = std::max(scale, std::abs(v));
+        for (std::size_t i = 0; i < n; ++i)
+          CHECK(std::abs(rec[0][static_cast<std::size_t>(s)].out[i] - ref[i] / static_cast<double>(w)) <=
+                1e-6 * scale);
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("conformance: malformed payloads raise wire_error and leave the output untouched",
+                   Case, CONFORMANCE_CASES) {
+  using C = typename Case::compressor;
+  if constexpr (bellows::PayloadCodec<C>) {
+    bellows::cpu::executor exec(1);
+    const C c = Case::make(exec);
+    auto st = c.make_state({0, "fc", bellows::shape{50, 20}});
+    payload_storage buf(c.max_payload_bytes(st));
+    const auto x = gradient(1000, 0, 0);
+    const auto payload = c.encode(st, x, buf.bytes(), 0);
+    const std::vector<float> before(1000, 0.5f);
+    std::vector<float> acc = before;
+
+    // Truncated anywhere (a multiple of 8 keeps alignment; any cut must be caught).
+    for (std::size_t cut : {std::size_t{0}, std::size_t{8}, bellows::wire::header_bytes,
+                            payload.size() - 8}) {
+      CAPTURE(cut);
+      CHECK_THROWS_AS((void)c.decode_add(st, payload.first(cut), acc), bellows::wire_error);
+    }
+    // Another codec, another version, a layer of another size.
+    auto corrupted = [&](std::size_t offset, std::byte value) {
+      payload_storage copy(payload.size());
+      std::memcpy(copy.bytes().data(), payload.data(), payload.size());
+      copy.bytes()[offset] = value;
+      return copy;
+    };
+    for (auto [offset, value] : {std::pair{std::size_t{6}, std::byte{0x7f}}, std::pair{std::size_t{4}, std::byte{9}},
+                                 std::pair{std::size_t{8}, std::byte{0x11}}}) {
+      CAPTURE(offset);
+      auto bad = corrupted(offset, value);
+      CHECK_THROWS_AS((void)c.decode_add(st, bad.bytes().first(payload.size()), acc), bellows::wire_error);
+    }
+    // An empty block from a collective.
+    CHECK_THROWS_AS((void)c.validate(st, {}), bellows::wire_error);
+    CHECK(acc == before);
+
+    // A sender's non-finite input is flagged, and decoding it adds nothing.
+    auto poisoned = x;
+    poisoned[3] = std::numeric_limits<float>::quiet_NaN();
+    const auto flagged = c.encode(st, poisoned, buf.bytes(), 0);
+    CHECK(c.validate(st, flagged) == bellows::step_status::non_finite);
+    CHECK(c.decode_add(st, flagged, acc) == bellows::step_status::non_finite);
+    CHECK(acc == before);
+  }
+}

@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <bellows/core/gather_buffer.hpp>
+#include <bellows/core/traffic.hpp>
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+TEST_CASE("traffic: sums per layer and in total") {
+  bellows::traffic_log log(3);
+  log.record(0, {100, 20, 20});
+  log.record(2, {8, 2, 1});
+  log.record(0, {100, 20, 20});
+  CHECK(log.layer(0) == bellows::traffic{200, 40, 40});
+  CHECK(log.layer(1) == bellows::traffic{});
+  CHECK(log.total() == bellows::traffic{208, 42, 41});
+  volatile std::size_t past_end = 3;  // opaque to the optimizer, which otherwise warns on [3]
+  CHECK_THROWS_WITH_AS(log.record(past_end, {}), doctest::Contains("layer 3 of 3"), bellows::error);
+  CHECK(std::string(bellows::to_string(bellows::step_status::non_finite)) == "non_finite");
+}
+
+TEST_CASE("gather_buffer: aligned blocks of any size, storage reused") {
+  bellows::gather_buffer g;
+  const std::vector<std::size_t> sizes{3, 0, 16, 9};
+  g.resize(sizes);
+  CHECK(g.blocks() == 4);
+  CHECK(g.total_bytes() == 28);
+  for (std::size_t r = 0; r < sizes.size(); ++r) {
+    CHECK(g.block(r).size() == sizes[r]);
+    CHECK(reinterpret_cast<std::uintptr_t>(g.block(r).data()) % bellows::gather_buffer::alignment == 0);
+  }
+  const std::byte* before = g.block(0).data();
+  const std::vector<std::size_t> smaller{8, 8};
+  g.resize(smaller);
+  CHECK(g.block(0).data() == before);
+  CHECK(g.blocks() == 2);
+  CHECK_THROWS_AS((void)g.block(2), bellows::error);
+}

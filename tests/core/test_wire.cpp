@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <bellows/core/wire.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace wire = bellows::wire;
+
+namespace {
+
+// 8-byte aligned storage, as gather_buffer and std::vector<std::uint64_t> give.
+struct storage {
+  std::vector<std::uint64_t> words;
+  explicit storage(std::size_t bytes) : words((bytes + 7) / 8) {}
+  std::span<std::byte> bytes() { return std::as_writable_bytes(std::span(words)); }
+};
+
+// A payload of 3 uint32 indices then 3 floats, the shape of a sparse codec's.
+std::span<std::byte> write_sparse(storage& s) {
+  wire::header h{};
+  h.codec = wire::codec::topk;
+  h.n = 100;
+  h.count = 3;
+  wire::writer w(s.bytes(), h);
+  auto idx = w.array<std::uint32_t>(3);
+  idx[0] = 4, idx[1] = 50, idx[2] = 99;
+  auto val = w.array<float>(3);
+  val[0] = 1.5f, val[1] = -2.0f, val[2] = 0.25f;
+  return w.finish();
+}
+
+}  // namespace
+
+TEST_CASE("wire: a payload round-trips and is padded to 8 bytes") {
+  storage s(256);
+  const auto payload = write_sparse(s);
+  CHECK(payload.size() == wire::header_bytes + 24);  // 12 + 12 bytes, already a multiple of 8
+  wire::reader r(payload, wire::codec::topk);
+  CHECK(r.head().n == 100);
+  CHECK(r.head().count == 3);
+  CHECK(r.head().body_bytes == 24);
+  const auto idx = r.array<std::uint32_t>(3);
+  const auto val = r.array<float>(3);
+  r.finish();
+  CHECK(idx[1] == 50);
+  CHECK(val[2] == 0.25f);
+
+  // An odd-sized body is padded with zeros, and the reader accepts exactly that padding.
+  storage t(256);
+  wire::writer w(t.bytes(), wire::header{});
+  w.array<std::uint8_t>(3)[0] = std::uint8_t{7};
+  const auto odd = w.finish();
+  CHECK(odd.size() == wire::header_bytes + 8);
+  wire::reader ro(odd, wire::codec::identity);
+  CHECK(ro.array<std::uint8_t>(3)[0] == 7);
+  ro.finish();
+  CHECK(wire::padded(wire::array_end<double>(3, 2)) == 24);
+}
+
+TEST_CASE("wire: every malformed header is refused with a message naming the field") {
+  storage s(256);
+  const auto good = write_sparse(s);
+  auto corrupt = [&](std::size_t offset, std::byte value) {
+    std::vector<std::uint64_t> copy(s.words);
+    std::span<std::byte> b = std::as_writable_bytes(std::span(copy)).first(good.size());
+    b[offset] = value;
+    return copy;
+  };
+  auto expect_error = [&](std::vector<std::uint64_t> words, std::size_t size, const char* needle,
+                          wire::codec codec = wire::codec::topk) {
+    const auto b = std::as_bytes(std::span(words)).first(size);
+    CHECK_THROWS_WITH_AS(wire::reader(b, codec), doctest::Contains(needle), bellows::wire_error);
+  };
+  expect_error(corrupt(0, std::byte{0}), good.size(), "magic");
+  expect_error(corrupt(4, std::byte{2}), good.size(), "version");
+  expect_error(corrupt(7, std::byte{0x80}), good.size(), "flag");
+  expect_error(corrupt(28, std::byte{1}), good.size(), "reserved");
+  expect_error(s.words, good.size(), "codec", wire::codec::qsgd);
+  expect_error(s.words, good.size() - 8, "body bytes");
+  expect_error(s.words, 10, "shorter than");
+  // A header that claims an unpadded body.
+  auto unpadded = s.words;
+  wire::header h;
+  std::memcpy(static_cast<void*>(&h), unpadded.data(), sizeof h);
+  h.body_bytes = 20;
+  std::memcpy(unpadded.data(), &h, sizeof h);
+  expect_error(unpadded, wire::header_bytes + 20, "padded");
+}
+
+TEST_CASE("wire: arrays that overrun the body, trailing bytes and dirty padding are refused") {
+  storage s(256);
+  const auto good = write_sparse(s);
+  {
+    wire::reader r(good, wire::codec::topk);
+    (void)r.array<std::uint32_t>(3);
+    CHECK_THROWS_WITH_AS((void)r.array<float>(4), doctest::Contains("overruns"), bellows::wire_error);
+  }
+  {
+    wire::reader r(good, wire::codec::topk);
+    CHECK_THROWS_AS((void)r.array<std::uint64_t>(std::uint64_t{1} << 62), bellows::wire_error);
+  }
+  {
+    wire::reader r(good, wire::codec::topk);
+    (void)r.array<std::uint32_t>(3);
+    CHECK_THROWS_WITH_AS(r.finish(), doctest::Contains("follow"), bellows::wire_error);
+  }
+  {
+    storage t(256);
+    wire::writer w(t.bytes(), wire::header{});
+    (void)w.array<std::uint8_t>(3);
+    const auto odd = w.finish();
+    t.bytes()[wire::header_bytes + 5] = std::byte{1};
+    wire::reader r(odd, wire::codec::identity);
+    (void)r.array<std::uint8_t>(3);
+    CHECK_THROWS_WITH_AS(r.finish(), doctest::Contains("padding"), bellows::wire_error);
+  }
+  {
+    storage t(256);
+    const auto p = write_sparse(t);
+    std::vector<std::byte> shifted(p.size() + 1);
+    std::memcpy(shifted.data() + 1, p.data(), p.size());
+    CHECK_THROWS_WITH_AS(wire::reader(std::span(shifted).subspan(1), wire::codec::topk),
+                         doctest::Contains("multiple of 8"), bellows::wire_error);
+  }
+}
+
+TEST_CASE("wire: the writer refuses storage that cannot hold the payload") {
+  storage small(wire::header_bytes + 8);
+  wire::writer w(small.bytes(), wire::header{});
+  CHECK_THROWS_AS((void)w.array<float>(3), bellows::error);
+  std::vector<std::uint64_t> tiny(2);
+  CHECK_THROWS_AS(wire::writer(std::as_writable_bytes(std::span(tiny)), wire::header{}), bellows::error);
+}

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <bellows/cpu/elementwise.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "../support/random.hpp"
+
+TEST_CASE("all_finite: finds one NaN or Inf anywhere, in any chunk, for any thread count") {
+  const std::size_t n = 3 * bellows::cpu::elementwise_chunk + 17;
+  const float bad_values[] = {std::numeric_limits<float>::quiet_NaN(),
+                              std::numeric_limits<float>::signaling_NaN(),
+                              std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(), -std::nanf("0x7")};
+  for (unsigned threads : {1u, 3u}) {
+    bellows::cpu::executor exec(threads);
+    auto x = bellows::testing::normal_floats(n, 5);
+    x[7] = std::numeric_limits<float>::max();
+    x[8] = std::numeric_limits<float>::denorm_min();
+    x[9] = -0.0f;
+    CHECK(bellows::cpu::all_finite(exec, x));
+    CHECK(bellows::cpu::all_finite(exec, std::span<const float>()));
+    for (float bad : bad_values) {
+      for (std::size_t at : {std::size_t{0}, bellows::cpu::elementwise_chunk, n - 1}) {
+        const float keep = x[at];
+        x[at] = bad;
+        CHECK_FALSE(bellows::cpu::all_finite(exec, x));
+        x[at] = keep;
+      }
+    }
+  }
+}
+
+TEST_CASE("divide: divides (not multiplies by the reciprocal), identically for any thread count") {
+  const std::size_t n = 2 * bellows::cpu::elementwise_chunk + 3;
+  const auto x = bellows::testing::normal_floats(n, 6);
+  std::vector<float> expected(x);
+  for (float& v : expected) v = v / 3.0f;
+  for (unsigned threads : {1u, 2u, 5u}) {
+    bellows::cpu::executor exec(threads);
+    std::vector<float> y(x);
+    bellows::cpu::divide(exec, y, 3.0f);
+    CHECK(std::memcmp(y.data(), expected.data(), n * sizeof(float)) == 0);
+  }
+}

@@ -1,0 +1,30 @@
+# SPDX-License-Identifier: Apache-2.0
+# cmake -DCOMPILER=... -DKIND=hpp|cuh -DINCLUDE_DIR=... -DWORK_DIR=... -P headers_self_contained.cmake
+# Compiles a translation unit that includes one public header alone (twice, to catch a missing
+# include guard), for every header of the kind, and fails listing those that do not compile.
+file(GLOB_RECURSE headers RELATIVE ${INCLUDE_DIR} ${INCLUDE_DIR}/bellows/*.${KIND})
+file(MAKE_DIRECTORY ${WORK_DIR})
+if(KIND STREQUAL "cuh")
+  set(flags -std=c++20 -arch=sm_80 -Xcompiler=-Wall,-Wextra -Werror=all-warnings -c)
+  set(ext cu)
+else()
+  set(flags -std=c++20 -Wall -Wextra -Wpedantic -Werror -fsyntax-only)
+  set(ext cpp)
+endif()
+set(failed "")
+list(LENGTH headers count)
+foreach(h IN LISTS headers)
+  string(MAKE_C_IDENTIFIER "${h}" id)
+  set(tu ${WORK_DIR}/${id}.${ext})
+  file(WRITE ${tu} "#include \"${h}\"\n#include \"${h}\"\nint main() { return 0; }\n")
+  execute_process(COMMAND ${COMPILER} ${flags} -I${INCLUDE_DIR} ${tu} -o ${WORK_DIR}/${id}.o
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message("${h} does not compile alone:\n${out}")
+    list(APPEND failed ${h})
+  endif()
+endforeach()
+if(failed)
+  message(FATAL_ERROR "headers that are not self-contained with ${COMPILER}: ${failed}")
+endif()
+message(STATUS "${count} .${KIND} headers compile alone with ${COMPILER}")

@@ -1,0 +1,18 @@
+# SPDX-License-Identifier: Apache-2.0
+# The overlay port's version is the project's, and it declares the cuda and mpi features.
+file(READ ${PORT_JSON} json)
+string(JSON name GET "${json}" name)
+string(JSON version GET "${json}" version)
+if(NOT name STREQUAL "bellows")
+  message(FATAL_ERROR "ports/bellows/vcpkg.json names port '${name}', expected 'bellows'")
+endif()
+if(NOT version STREQUAL EXPECTED_VERSION)
+  message(FATAL_ERROR "ports/bellows/vcpkg.json has version ${version}, CMake project has ${EXPECTED_VERSION}")
+endif()
+foreach(feature IN ITEMS cuda mpi)
+  string(JSON description ERROR_VARIABLE missing GET "${json}" features ${feature} description)
+  if(missing)
+    message(FATAL_ERROR "ports/bellows/vcpkg.json does not declare feature '${feature}'")
+  endif()
+endforeach()
+message(STATUS "vcpkg port bellows ${version} matches the project; features cuda, mpi")
