@@ -14,5 +14,6 @@
 #include "bellows/core/traffic.hpp"
 #include "bellows/core/view.hpp"
 #include "bellows/core/wire.hpp"
+#include "bellows/feedback/error_feedback.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// CPU kernels that touch each element once: finiteness check, fill, division by a scalar.
+// CPU kernels that touch each element once: finiteness check, fill, scaling, sums and differences.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 
+#include "bellows/core/error.hpp"
 #include "bellows/cpu/executor.hpp"
 
 namespace bellows::cpu {
@@ -39,6 +40,31 @@ inline void fill(executor& exec, std::span<float> x, float value) {
 inline void divide(executor& exec, std::span<float> x, float d) {
   exec.for_chunks(x.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
     for (std::size_t i = lo; i < hi; ++i) x[i] /= d;
+  });
+}
+
+/// x[i] = x[i] * s for every element.
+inline void scale(executor& exec, std::span<float> x, float s) {
+  exec.for_chunks(x.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) x[i] *= s;
+  });
+}
+
+/// x[i] = x[i] + y[i] (same lengths).
+inline void add_into(executor& exec, std::span<float> x, std::span<const float> y) {
+  BELLOWS_EXPECTS(x.size() == y.size(), "add_into: lengths ", x.size(), " and ", y.size());
+  exec.for_chunks(x.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) x[i] += y[i];
+  });
+}
+
+/// out[i] = a[i] - b[i] (same lengths; out may alias a).
+inline void subtract(executor& exec, std::span<float> out, std::span<const float> a,
+                     std::span<const float> b) {
+  BELLOWS_EXPECTS(out.size() == a.size() && a.size() == b.size(), "subtract: lengths ", out.size(),
+                  ", ", a.size(), " and ", b.size());
+  exec.for_chunks(out.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) out[i] = a[i] - b[i];
   });
 }
 

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+// Error feedback: the memory that carries into the next step what compression left out
+// (Stich, Cordonnier, Jaggi, "Sparsified SGD with Memory", 2018).
+//
+// `error_memory` is one layer's memory; compressors that fuse the update into their own passes
+// keep one in their per-layer state. `error_feedback` models the ErrorFeedback concept over many
+// layers, for composing a memory with any compressor by hand.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bellows/concepts.hpp"
+#include "bellows/core/error.hpp"
+#include "bellows/core/shape.hpp"
+#include "bellows/cpu/elementwise.hpp"
+#include "bellows/cpu/executor.hpp"
+
+namespace bellows {
+
+enum class feedback : unsigned char {
+  none,      ///< no memory
+  residual,  ///< e = m - contribution, in gradient units
+  scaled,    ///< the same, rescaled by lr_old / lr_new when the learning rate changes (Mem-SGD's units)
+};
+
+[[nodiscard]] constexpr std::string_view to_string(feedback f) noexcept {
+  switch (f) {
+    case feedback::none: return "none";
+    case feedback::residual: return "residual";
+    case feedback::scaled: return "scaled";
+  }
+  return "unknown";
+}
+
+/// One layer's error memory: n floats (none for `feedback::none`), zero at the start.
+class error_memory {
+public:
+  error_memory() = default;
+  error_memory(feedback kind, std::size_t n) : kind_(kind), e_(kind == feedback::none ? 0 : n, 0.0f) {}
+
+  [[nodiscard]] feedback kind() const noexcept { return kind_; }
+  [[nodiscard]] bool enabled() const noexcept { return kind_ != feedback::none; }
+  [[nodiscard]] std::span<float> values() noexcept { return e_; }
+  [[nodiscard]] std::span<const float> values() const noexcept { return e_; }
+
+  /// Called when the trainer's learning rate changes from lr_old to lr_new: a `scaled` memory is
+  /// multiplied by lr_old / lr_new, so it stands for the same parameter update; others ignore it.
+  void rescale(cpu::executor& exec, float lr_old, float lr_new) {
+    BELLOWS_EXPECTS(lr_old > 0 && lr_new > 0, "error_memory: learning rates must be > 0, got ",
+                    lr_old, " and ", lr_new);
+    if (kind_ == feedback::scaled && lr_old != lr_new) cpu::scale(exec, e_, lr_old / lr_new);
+  }
+
+private:
+  feedback kind_ = feedback::none;
+  std::vector<float> e_;
+};
+
+/// ErrorFeedback over the layers of a model, for any compressor: compensate before compressing,
+/// update with what this rank's compensated gradient became.
+class error_feedback {
+public:
+  explicit error_feedback(feedback kind, cpu::executor& exec = cpu::executor::shared())
+      : kind_(kind), exec_(&exec) {}
+
+  [[nodiscard]] feedback kind() const noexcept { return kind_; }
+
+  /// Layers are added in id order 0, 1, 2, ...
+  void add_layer(const layer_info& layer) {
+    BELLOWS_EXPECTS(layer.id == layers_.size(), "error_feedback: layer '", layer.name, "' has id ",
+                    layer.id, ", expected the next id ", layers_.size());
+    layers_.emplace_back(kind_, layer.size());
+    names_.push_back(layer.name);
+  }
+
+  /// grad = grad + e.
+  void compensate(std::size_t id, std::span<float> grad) {
+    error_memory& m = checked(id, grad.size());
+    if (m.enabled()) cpu::add_into(*exec_, grad, m.values());
+  }
+
+  /// e = compensated - contribution.
+  void update(std::size_t id, std::span<const float> compensated, std::span<const float> contribution) {
+    error_memory& m = checked(id, compensated.size());
+    BELLOWS_EXPECTS(contribution.size() == compensated.size(), "error_feedback: layer '", names_[id],
+                    "': contribution of ", contribution.size(), " elements for ",
+                    compensated.size());
+    if (m.enabled()) cpu::subtract(*exec_, m.values(), compensated, contribution);
+  }
+
+  /// Tells every memory of a change of learning rate (only `scaled` memories act on it).
+  void set_learning_rate(float lr) {
+    BELLOWS_EXPECTS(lr > 0, "error_feedback: learning rate must be > 0, got ", lr);
+    if (lr_ > 0)
+      for (error_memory& m : layers_) m.rescale(*exec_, lr_, lr);
+    lr_ = lr;
+  }
+
+  [[nodiscard]] error_memory& memory(std::size_t id) { return checked(id, layers_.at(id).values().size()); }
+  [[nodiscard]] std::size_t layers() const noexcept { return layers_.size(); }
+
+private:
+  error_memory& checked(std::size_t id, std::size_t n) {
+    BELLOWS_EXPECTS(id < layers_.size(), "error_feedback: layer id ", id, " of ", layers_.size());
+    error_memory& m = layers_[id];
+    BELLOWS_EXPECTS(!m.enabled() || n == m.values().size(), "error_feedback: layer '", names_[id],
+                    "' has ", m.values().size(), " elements, the buffer ", n);
+    return m;
+  }
+
+  feedback kind_;
+  cpu::executor* exec_;
+  float lr_ = 0.0f;
+  std::vector<error_memory> layers_;
+  std::vector<std::string> names_;
+};
+
+static_assert(ErrorFeedback<error_feedback>, "error_feedback must model ErrorFeedback");
+
+}  // namespace bellows
