@@ -1,8 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
-# cmake -DCOMPILER=... -DKIND=hpp|cuh -DINCLUDE_DIR=... -DWORK_DIR=... -P headers_self_contained.cmake
+# cmake -DCOMPILER=... -DKIND=hpp|cuh -DINCLUDE_DIR=... -DWORK_DIR=... [-DEXTRA_INCLUDES=a;b]
+#       [-DSKIP=bellows/x.hpp;...] -P headers_self_contained.cmake
 # Compiles a translation unit that includes one public header alone (twice, to catch a missing
 # include guard), for every header of the kind, and fails listing those that do not compile.
 file(GLOB_RECURSE headers RELATIVE ${INCLUDE_DIR} ${INCLUDE_DIR}/bellows/*.${KIND})
+if(SKIP)
+  list(REMOVE_ITEM headers ${SKIP})
+endif()
+set(extra "")
+foreach(dir IN LISTS EXTRA_INCLUDES)
+  list(APPEND extra -isystem ${dir})
+endforeach()
 file(MAKE_DIRECTORY ${WORK_DIR})
 if(KIND STREQUAL "cuh")
   set(flags -std=c++20 -arch=sm_80 -Xcompiler=-Wall,-Wextra -Werror=all-warnings -c)
@@ -17,7 +25,7 @@ foreach(h IN LISTS headers)
   string(MAKE_C_IDENTIFIER "${h}" id)
   set(tu ${WORK_DIR}/${id}.${ext})
   file(WRITE ${tu} "#include \"${h}\"\n#include \"${h}\"\nint main() { return 0; }\n")
-  execute_process(COMMAND ${COMPILER} ${flags} -I${INCLUDE_DIR} ${tu} -o ${WORK_DIR}/${id}.o
+  execute_process(COMMAND ${COMPILER} ${flags} -I${INCLUDE_DIR} ${extra} ${tu} -o ${WORK_DIR}/${id}.o
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   if(NOT rc EQUAL 0)
     message("${h} does not compile alone:\n${out}")
