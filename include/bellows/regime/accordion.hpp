@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: Apache-2.0
+// Accordion's regime detector (Agarwal et al., "Accordion: Adaptive Gradient Communication via
+// Critical Learning Regime Identification", MLSys 2021) with the changes SPEC.md marks "bellows",
+// and its batch-size variant.
+//
+// Epochs. The detector counts them itself: epoch 0 is in progress after construction, and each
+// end_epoch(e, ...) ends epoch e and starts e + 1. The `epoch` argument must equal that count
+// (epochs numbered from 0, each ended once, in order); anything else raises. A resumed run gets
+// the count back through restore().
+//
+// Accumulation. During a check epoch (epoch % interval == 0) observe() adds each raw local
+// gradient of a participating layer into a double-precision sum of the layer's size (allocated
+// at add_layer; observe never allocates); in other epochs it returns at once. Double sums make
+// the mean exact to ~1e-16 relative over any realistic number of steps, where float sums would
+// lose about steps * 6e-8 relative; they cost 8 bytes per parameter of host memory.
+//
+// Decision. At the end of a check epoch each rank takes the L2 norm of its own mean gradient per
+// layer (sum / steps observed, in double, rounded to float), one allreduce_sum of those L floats
+// divided by W gives every rank the same per-layer norm, and SPEC.md's rule decides from it
+// alone, so every rank reaches the same decisions without a broadcast.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bellows/concepts.hpp"
+#include "bellows/core/error.hpp"
+#include "bellows/core/gather_buffer.hpp"
+#include "bellows/core/shape.hpp"
+#include "bellows/core/traffic.hpp"
+#include "bellows/cpu/elementwise.hpp"
+#include "bellows/cpu/executor.hpp"
+#include "bellows/regime/accordion_types.hpp"
+
+namespace bellows {
+
+/// The Accordion detector over the layers of a model; models RegimeDetector.
+/// Usage per rank: add_layer for every layer (ids 0, 1, 2, ...), then per step observe(id, g)
+/// with each layer's raw local gradient, and per epoch end_epoch(epoch, lr, collective), where
+/// `lr` is the learning rate of the epoch that starts next. Before the first check every
+/// participating layer is critical (there is no previous check).
+class accordion {
+public:
+  explicit accordion(accordion_params params = {}, cpu::executor& exec = cpu::executor::shared())
+      : params_(params), exec_(&exec) {
+    params_.validate();
+  }
+
+  /// Registers the next layer (ids 0, 1, 2, ... in order), before the first end_epoch.
+  void add_layer(const layer_info& layer, participation p = participation::included) {
+    BELLOWS_EXPECTS(layer.id == layers_.size(), "accordion: layer '", layer.name, "' has id ",
+                    layer.id, ", expected the next id ", layers_.size());
+    BELLOWS_EXPECTS(state_.epoch == 0, "accordion: layer '", layer.name,
+                    "' registered after epoch 0 ended; register every layer before training");
+    layers_.push_back(layer);
+    participation_.push_back(p);
+    state_.regimes.push_back(regime::critical);
+    state_.norm_prev.push_back(0.0f);
+    state_.steps.push_back(0);
+    state_.sums.emplace_back(p == participation::included ? layer.size() : 0, 0.0);
+    if (p == participation::included) {
+      included_.push_back(layer.id);
+      norms_.push_back(0.0f);
+    }
+    mine_.resize(agreement_header + layers_.size() * (1 + sizeof(float)));
+  }
+
+  /// True when observe(id, ...) would accumulate now: the layer takes part and the epoch in
+  /// progress is a check epoch. A trainer may skip preparing the gradient otherwise.
+  [[nodiscard]] bool observing(std::size_t id) const {
+    check_id(id);
+    return participation_[id] == participation::included && check_epoch(state_.epoch);
+  }
+
+  /// Adds one step's raw local gradient of layer `id` to the epoch's sum (a no-op outside check
+  /// epochs and for excluded layers). A gradient holding NaN or Inf changes nothing and returns
+  /// step_status::non_finite; this check is local, so a trainer that wants all ranks to skip
+  /// together calls observe only for steps the ranks agreed were finite.
+  step_status observe(std::size_t id, std::span<const float> grad) {
+    check_id(id);
+    BELLOWS_EXPECTS(grad.size() == layers_[id].size(), "accordion: layer '", layers_[id].name,
+                    "' of shape ", layers_[id].shape.to_string(), " has ", layers_[id].size(),
+                    " elements, the gradient ", grad.size());
+    if (!observing(id)) return step_status::ok;
+    if (!cpu::all_finite(*exec_, grad)) return step_status::non_finite;
+    std::vector<double>& sum = state_.sums[id];
+    exec_->for_chunks(grad.size(), cpu::elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
+      for (std::size_t i = lo; i < hi; ++i) sum[i] += grad[i];
+    });
+    ++state_.steps[id];
+    return step_status::ok;
+  }
+
+  /// Ends epoch `epoch` (which must be the one in progress); `lr` is the learning rate of the
+  /// next epoch. A collective call on every rank: at a check epoch one allreduce_sum of one float
+  /// per participating layer, and with check_agreement one allgather; otherwise no traffic.
+  /// Returns one regime per layer, in force for the next epoch and identical on every rank.
+  template <Collective C>
+  std::span<const regime> end_epoch(std::size_t epoch, float lr, C& coll) {
+    BELLOWS_EXPECTS(epoch == state_.epoch, "accordion: end_epoch(", epoch, ") while epoch ",
+                    state_.epoch,
+                    " is in progress (epochs are numbered from 0 and each is ended once, in order)");
+    BELLOWS_EXPECTS(std::isfinite(lr) && lr > 0,
+                    "accordion: the learning rate must be a finite number > 0, got ", lr);
+    if (check_epoch(epoch)) check(coll);
+    // A learning-rate decay at this boundary: low compression everywhere until the next check.
+    if (state_.lr > 0 && lr < state_.lr)
+      for (std::uint32_t id : included_) state_.regimes[id] = regime::critical;
+    state_.lr = lr;
+    ++state_.epoch;
+    if (params_.check_agreement) agree(coll);
+    return state_.regimes;
+  }
+
+  /// The decisions in force, one per layer.
+  [[nodiscard]] std::span<const regime> regimes() const noexcept { return state_.regimes; }
+  /// The epoch in progress.
+  [[nodiscard]] std::uint64_t epoch() const noexcept { return state_.epoch; }
+  [[nodiscard]] std::size_t layers() const noexcept { return layers_.size(); }
+  [[nodiscard]] bool participates(std::size_t id) const {
+    check_id(id);
+    return participation_[id] == participation::included;
+  }
+  [[nodiscard]] const accordion_params& params() const noexcept { return params_; }
+
+  /// The whole state, for saving.
+  [[nodiscard]] const accordion_state& state() const noexcept { return state_; }
+
+  /// Puts back a state saved from a detector with the same layers and participation; raises
+  /// bellows::error naming the first layer or field that does not fit, and then changes nothing.
+  void restore(accordion_state saved) {
+    const std::size_t n = layers_.size();
+    BELLOWS_EXPECTS(saved.regimes.size() == n && saved.norm_prev.size() == n &&
+                        saved.steps.size() == n && saved.sums.size() == n,
+                    "accordion restore: the saved state has ", saved.regimes.size(), " regimes, ",
+                    saved.norm_prev.size(), " norms, ", saved.steps.size(), " step counts and ",
+                    saved.sums.size(), " sums for ", n, " registered layers");
+    BELLOWS_EXPECTS(std::isfinite(saved.lr) && saved.lr >= 0,
+                    "accordion restore: saved learning rate ", saved.lr);
+    for (std::size_t id = 0; id < n; ++id) {
+      const bool in = participation_[id] == participation::included;
+      const regime r = saved.regimes[id];
+      BELLOWS_EXPECTS(r == regime::critical || r == regime::normal, "accordion restore: layer '",
+                      layers_[id].name, "': regime value ", static_cast<int>(r));
+      BELLOWS_EXPECTS(saved.sums[id].size() == (in ? layers_[id].size() : 0),
+                      "accordion restore: layer '", layers_[id].name, "' (",
+                      in ? "included" : "excluded", ", ", layers_[id].size(),
+                      " elements) has a saved sum of ", saved.sums[id].size(), " elements");
+      BELLOWS_EXPECTS(std::isfinite(saved.norm_prev[id]) && saved.norm_prev[id] >= 0,
+                      "accordion restore: layer '", layers_[id].name, "': saved norm ",
+                      saved.norm_prev[id]);
+    }
+    state_ = std::move(saved);
+  }
+
+private:
+  static constexpr std::size_t agreement_header = 2 * sizeof(std::uint64_t) + sizeof(float);
+
+  [[nodiscard]] bool check_epoch(std::uint64_t epoch) const noexcept {
+    return epoch % params_.interval == 0;
+  }
+
+  void check_id(std::size_t id) const {
+    BELLOWS_EXPECTS(id < layers_.size(), "accordion: layer id ", id, " of ", layers_.size(),
+                    " registered layers");
+  }
+
+  /// The L2 norm of this rank's mean gradient of a layer over the steps it observed (0 if none).
+  [[nodiscard]] float local_norm(std::size_t id) const {
+    if (state_.steps[id] == 0) return 0.0f;
+    double squares = 0.0;
+    for (double s : state_.sums[id]) squares += s * s;
+    return static_cast<float>(std::sqrt(squares) / static_cast<double>(state_.steps[id]));
+  }
+
+  /// SPEC.md's rule: critical with no previous check, a previous norm of 0, or a relative
+  /// change of at least eta.
+  [[nodiscard]] bool critical(float prev, float now) const noexcept {
+    if (state_.checks == 0 || prev == 0.0f) return true;
+    const double change = std::abs(static_cast<double>(prev) - static_cast<double>(now));
+    return change / static_cast<double>(prev) >= static_cast<double>(params_.eta);
+  }
+
+  template <Collective C>
+  void check(C& coll) {
+    for (std::size_t k = 0; k < included_.size(); ++k) norms_[k] = local_norm(included_[k]);
+    coll.allreduce_sum(std::span<float>(norms_));
+    const auto ranks = static_cast<float>(coll.size());
+    for (std::size_t k = 0; k < included_.size(); ++k) {
+      const std::uint32_t id = included_[k];
+      const float now = norms_[k] / ranks;
+      state_.regimes[id] = critical(state_.norm_prev[id], now) ? regime::critical : regime::normal;
+      state_.norm_prev[id] = now;
+      std::ranges::fill(state_.sums[id], 0.0);
+      state_.steps[id] = 0;
+    }
+    ++state_.checks;
+  }
+
+  /// Allgathers what every later decision depends on (epoch, checks, learning rate, regimes,
+  /// norms) and raises on every rank if any rank's bytes differ from this rank's.
+  template <Collective C>
+  void agree(C& coll) {
+    write_agreement(mine_);
+    coll.allgather(std::span<const std::byte>(mine_), gathered_);
+    for (std::size_t r = 0; r < gathered_.blocks(); ++r) {
+      const std::span<const std::byte> theirs = gathered_.block(r);
+      if (theirs.size() == mine_.size() && std::memcmp(theirs.data(), mine_.data(), mine_.size()) == 0)
+        continue;
+      detail::fail("accordion: ranks disagree after epoch ", state_.epoch - 1, ": rank ", coll.rank(),
+                   " and rank ", r, " differ in ", first_difference(theirs),
+                   " (the collective returned different sums to different ranks, or the ranks "
+                   "registered different layers or passed different learning rates)");
+    }
+  }
+
+  void write_agreement(std::span<std::byte> out) const {
+    std::byte* p = out.data();
+    const auto put = [&p](const auto& value) {
+      std::memcpy(p, &value, sizeof(value));
+      p += sizeof(value);
+    };
+    put(state_.epoch);
+    put(state_.checks);
+    put(state_.lr);
+    for (regime r : state_.regimes) put(r);
+    for (float norm : state_.norm_prev) put(norm);
+  }
+
+  /// Names the first field in which another rank's agreement block differs from this rank's.
+  [[nodiscard]] std::string first_difference(std::span<const std::byte> theirs) const {
+    if (theirs.size() != mine_.size())
+      return detail::concat("layer count (a block of ", theirs.size(), " bytes, expected ",
+                            mine_.size(), ")");
+    const auto differs = [&](std::size_t at, std::size_t bytes) {
+      return std::memcmp(theirs.data() + at, mine_.data() + at, bytes) != 0;
+    };
+    if (differs(0, sizeof(std::uint64_t))) return "the epoch count";
+    if (differs(sizeof(std::uint64_t), sizeof(std::uint64_t))) return "the check count";
+    if (differs(2 * sizeof(std::uint64_t), sizeof(float))) return "the learning rate";
+    const std::size_t n = layers_.size();
+    for (std::size_t id = 0; id < n; ++id)
+      if (differs(agreement_header + id, 1)) return "the regime of layer '" + layers_[id].name + "'";
+    for (std::size_t id = 0; id < n; ++id)
+      if (differs(agreement_header + n + id * sizeof(float), sizeof(float)))
+        return "the gradient norm of layer '" + layers_[id].name + "'";
+    return "their state";
+  }
+
+  accordion_params params_;
+  cpu::executor* exec_;
+  std::vector<layer_info> layers_;
+  std::vector<participation> participation_;
+  std::vector<std::uint32_t> included_;  // ids of the participating layers, in order
+  std::vector<float> norms_;             // one per participating layer, exchanged at checks
+  accordion_state state_;
+  std::vector<std::byte> mine_;  // this rank's agreement block
+  gather_buffer gathered_;
+};
+
+static_assert(RegimeDetector<accordion, archetypes::collective>,
+              "accordion must model RegimeDetector");
+
+/// Accordion's batch-size variant: the same detector chooses the batch size of each epoch, the
+/// small one while any participating layer is critical, else the large one. (With one layer
+/// spanning the whole model this is the paper's whole-model signal.) Scaling the learning rate
+/// with the batch size, if the trainer wants it, is the trainer's business.
+class accordion_batch_size {
+public:
+  explicit accordion_batch_size(batch_sizes sizes, accordion_params params = {},
+                                cpu::executor& exec = cpu::executor::shared())
+      : sizes_(sizes), detector_(params, exec) {
+    sizes_.validate();
+  }
+
+  void add_layer(const layer_info& layer, participation p = participation::included) {
+    detector_.add_layer(layer, p);
+  }
+  step_status observe(std::size_t id, std::span<const float> grad) {
+    return detector_.observe(id, grad);
+  }
+
+  /// Ends the epoch as accordion::end_epoch does; returns the batch size of the next epoch.
+  template <Collective C>
+  std::size_t end_epoch(std::size_t epoch, float lr, C& coll) {
+    detector_.end_epoch(epoch, lr, coll);
+    return batch_size();
+  }
+
+  /// The batch size in force (the small one before the first check).
+  [[nodiscard]] std::size_t batch_size() const {
+    const std::span<const regime> r = detector_.regimes();
+    for (std::size_t id = 0; id < r.size(); ++id)
+      if (detector_.participates(id) && r[id] == regime::critical) return sizes_.small;
+    return sizes_.large;
+  }
+
+  [[nodiscard]] const batch_sizes& sizes() const noexcept { return sizes_; }
+  /// The underlying detector (per-layer regimes, state for save and restore).
+  [[nodiscard]] accordion& detector() noexcept { return detector_; }
+  [[nodiscard]] const accordion& detector() const noexcept { return detector_; }
+
+private:
+  batch_sizes sizes_;
+  accordion detector_;
+};
+
+}  // namespace bellows
