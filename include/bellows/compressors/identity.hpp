@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "bellows/concepts.hpp"
+#include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
 #include "bellows/core/shape.hpp"
 #include "bellows/core/traffic.hpp"
@@ -80,6 +81,10 @@ public:
       for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += values[i];
     return status;
   }
+
+  /// Checkpoint of a layer's state: its step counter.
+  void save(const state& st, checkpoint_writer& out) const { out.put(st.step); }
+  void load(state& st, checkpoint_reader& in) const { st.step = in.get<std::uint64_t>("identity step"); }
 
 private:
   /// Validates a payload completely; its values, unless the sender flagged non-finite input.

@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: Apache-2.0
+// The Synchronizer: the one object a trainer holds. It registers the model's layers once, then per
+// step runs each layer's gradient through the compressor of its current level and the user's
+// collective, feeds the regime detector, and per epoch asks the detector for the next levels.
+//
+// Levels. The synchronizer holds two instances of one compressor type, `low` (used in critical
+// regimes: rank 4, ratio 0.99, 8 bits, ...) and `high` (elsewhere), and one state per layer that
+// both instances run on, so a layer that changes level keeps its error memory (and, for
+// PowerSGD, the shared columns of its query). A static baseline is the same object with a
+// static_policy detector.
+//
+// Non-finite gradients. Outside the epochs in which the detector observes, each compressor's own
+// first exchange makes the ranks agree. In observed epochs the detector must see only gradients
+// every rank found finite, so the step begins with one allreduce of one flag per layer (4 bytes
+// per layer); a layer flagged on any rank is skipped on every rank with step_status::non_finite
+// and nothing of it changes.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bellows/concepts.hpp"
+#include "bellows/core/checkpoint.hpp"
+#include "bellows/core/error.hpp"
+#include "bellows/core/shape.hpp"
+#include "bellows/core/traffic.hpp"
+#include "bellows/cpu/elementwise.hpp"
+#include "bellows/cpu/executor.hpp"
+#include "bellows/regime/accordion_types.hpp"
+
+namespace bellows {
+
+/// What the synchronizer knows of a layer after its steps so far.
+struct layer_telemetry {
+  std::string name;
+  bellows::shape shape;
+  bool participates = true;          ///< takes part in regime detection (the compressor compresses it)
+  regime level = regime::critical;   ///< level in force: critical = low compression, normal = high
+  step_status last_status = step_status::ok;
+  std::uint64_t steps = 0;           ///< steps that went through (status ok)
+  std::uint64_t skipped = 0;         ///< steps skipped as non_finite
+  traffic sent{};                    ///< accumulated over all steps
+  float grad_norm = std::numeric_limits<float>::quiet_NaN();  ///< last raw local ||g|| (if measured)
+};
+
+template <class C, class D, class Exec = cpu::executor>
+class synchronizer {
+public:
+  using compressor_type = C;
+  using state_type = typename C::state;
+
+  /// `low` serves critical layers, `high` the others; `detector` decides which is which.
+  synchronizer(C low, C high, D detector, Exec& exec = Exec::shared())
+      : low_(std::move(low)), high_(std::move(high)), detector_(std::move(detector)), exec_(&exec) {}
+
+  /// Registers the next layer and returns its id (0, 1, 2, ... in call order). Every rank
+  /// registers the same layers in the same order; the first step checks that and raises if not.
+  std::uint32_t add_layer(std::string name, bellows::shape shp) {
+    BELLOWS_EXPECTS(steps_ == 0 && epoch_ == 0, "synchronizer: layer '", name,
+                    "' registered after training started; register every layer first");
+    const auto id = static_cast<std::uint32_t>(layers_.size());
+    const layer_info info{id, std::move(name), shp};
+    state_type st = low_.make_state(info);
+    (void)high_.make_state(info);  // validates the high level's configuration for this layer
+    bool participates = true;
+    if constexpr (requires { low_.compresses(st); }) participates = low_.compresses(st);
+    detector_.add_layer(info, participates ? participation::included : participation::excluded);
+    layer_telemetry t{info.name, shp, participates, regime::critical, step_status::ok, 0, 0, {}, {}};
+    t.level = detector_.regimes()[id];
+    telemetry_.push_back(std::move(t));
+    states_.push_back(std::move(st));
+    layers_.push_back(info);
+    flags_.push_back(0.0f);
+    hash_ = mix(hash_, info);
+    return id;
+  }
+
+  /// One training step: `grads[id]` is layer id's local gradient, replaced by the average over
+  /// ranks of the compressed contributions. A collective call. Returns one status per layer.
+  template <Collective Coll>
+  std::span<const step_status> step(std::span<const std::span<float>> grads, Coll& coll) {
+    BELLOWS_EXPECTS(grads.size() == layers_.size(), "synchronizer: step got ", grads.size(),
+                    " gradients for ", layers_.size(), " registered layers");
+    for (std::size_t id = 0; id < layers_.size(); ++id)
+      BELLOWS_EXPECTS(grads[id].size() == layers_[id].size(), "synchronizer: layer '",
+                      layers_[id].name, "' of shape ", layers_[id].shape.to_string(), " has ",
+                      layers_[id].size(), " elements, its gradient ", grads[id].size());
+    if (steps_ == 0) verify_layers(coll);
+    statuses_.resize(layers_.size());
+    const bool observe = observing_any();
+    if (observe) agree_finite(grads, coll);
+    for (std::size_t id = 0; id < layers_.size(); ++id) {
+      layer_telemetry& t = telemetry_[id];
+      if (observe && flags_[id] != 0.0f) {
+        statuses_[id] = step_status::non_finite;
+      } else {
+        if (observe && observing(id)) (void)detector_.observe(id, grads[id]);
+        if (measure_norms_) t.grad_norm = norm(grads[id]);
+        C& c = t.level == regime::critical ? low_ : high_;
+        const reduce_result r = c.reduce(states_[id], grads[id], coll);
+        statuses_[id] = r.status;
+        t.sent += r.sent;
+      }
+      t.last_status = statuses_[id];
+      ++(statuses_[id] == step_status::ok ? t.steps : t.skipped);
+    }
+    ++steps_;
+    return statuses_;
+  }
+
+  /// Ends the epoch: `lr` is the learning rate of the epoch that starts next. A collective call;
+  /// returns the levels in force for the next epoch, identical on every rank.
+  template <Collective Coll>
+  std::span<const regime> end_epoch(float lr, Coll& coll) {
+    const std::span<const regime> next = detector_.end_epoch(epoch_, lr, coll);
+    for (std::size_t id = 0; id < layers_.size(); ++id) telemetry_[id].level = next[id];
+    ++epoch_;
+    return next;
+  }
+
+  /// Measure each layer's raw local gradient norm per step (one extra read of every gradient).
+  void measure_gradient_norms(bool on) noexcept { measure_norms_ = on; }
+
+  [[nodiscard]] std::size_t layers() const noexcept { return layers_.size(); }
+  [[nodiscard]] const layer_info& layer(std::size_t id) const { return layers_.at(id); }
+  [[nodiscard]] std::span<const layer_telemetry> telemetry() const noexcept { return telemetry_; }
+  /// Traffic of all layers and steps.
+  [[nodiscard]] traffic total_sent() const noexcept {
+    traffic t;
+    for (const layer_telemetry& l : telemetry_) t += l.sent;
+    return t;
+  }
+  [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
+  [[nodiscard]] std::uint64_t epoch() const noexcept { return epoch_; }
+  [[nodiscard]] D& detector() noexcept { return detector_; }
+  [[nodiscard]] const state_type& state(std::size_t id) const { return states_.at(id); }
+
+  /// Writes the whole state (compressor states, detector, counters, telemetry) to `path`
+  /// atomically: a crash during the save leaves the previous file intact.
+  void save(const std::filesystem::path& path) const
+    requires requires(const C& c, const state_type& s, const D& d, checkpoint_writer& w) {
+      c.save(s, w);
+      d.save(w);
+    }
+  {
+    checkpoint_writer w;
+    w.put(file_magic);
+    w.put(file_version);
+    w.put<std::uint64_t>(hash_);
+    w.put<std::uint64_t>(layers_.size());
+    w.put(steps_);
+    w.put(epoch_);
+    for (std::size_t id = 0; id < layers_.size(); ++id) {
+      const layer_telemetry& t = telemetry_[id];
+      w.put(t.level);
+      w.put(t.steps);
+      w.put(t.skipped);
+      w.put(t.sent);
+      low_.save(states_[id], w);
+    }
+    detector_.save(w);
+    write_file_atomically(path, w.bytes());
+  }
+
+  /// Restores a state written by save() for the same layers. The file is read and validated
+  /// completely first: a file of another version, for other layers, or truncated raises
+  /// bellows::wire_error and changes nothing.
+  void load(const std::filesystem::path& path)
+    requires requires(const C& c, state_type& s, D& d, checkpoint_reader& r) {
+      c.load(s, r);
+      d.load(r);
+    }
+  {
+    const std::vector<std::byte> bytes = read_file(path);
+    checkpoint_reader r(bytes);
+    if (r.get<std::uint32_t>("magic") != file_magic)
+      detail::fail<wire_error>("synchronizer: ", path, " is not a bellows checkpoint (bad magic)");
+    if (const auto v = r.get<std::uint32_t>("version"); v != file_version)
+      detail::fail<wire_error>("synchronizer: ", path, " has checkpoint version ", v,
+                               ", this build reads ", file_version);
+    if (r.get<std::uint64_t>("layer hash") != hash_ || r.get<std::uint64_t>("layer count") != layers_.size())
+      detail::fail<wire_error>("synchronizer: ", path,
+                               " was saved for other layers (names or shapes differ)");
+    // Restore into copies, and commit only when everything has been read.
+    auto telemetry = telemetry_;
+    auto states = states_;
+    D detector = detector_;
+    const auto steps = r.get<std::uint64_t>("steps");
+    const auto epoch = r.get<std::uint64_t>("epoch");
+    for (std::size_t id = 0; id < layers_.size(); ++id) {
+      layer_telemetry& t = telemetry[id];
+      t.level = r.get<regime>("level");
+      if (t.level != regime::critical && t.level != regime::normal)
+        detail::fail<wire_error>("synchronizer: layer '", layers_[id].name, "' has an invalid level");
+      t.steps = r.get<std::uint64_t>("layer steps");
+      t.skipped = r.get<std::uint64_t>("layer skipped steps");
+      t.sent = r.get<traffic>("layer traffic");
+      low_.load(states[id], r);
+    }
+    detector.load(r);
+    r.finish();
+    telemetry_ = std::move(telemetry);
+    states_ = std::move(states);
+    detector_ = std::move(detector);
+    steps_ = steps;
+    epoch_ = epoch;
+  }
+
+private:
+  static constexpr std::uint32_t file_magic = 0x43574C42u;  // "BLWC"
+  static constexpr std::uint32_t file_version = 1;
+
+  [[nodiscard]] bool observing(std::size_t id) const {
+    if constexpr (requires { detector_.observing(id); })
+      return detector_.observing(id);
+    else
+      return true;
+  }
+  [[nodiscard]] bool observing_any() const {
+    for (std::size_t id = 0; id < layers_.size(); ++id)
+      if (observing(id)) return true;
+    return false;
+  }
+
+  /// flags_[id] = 1 where any rank's gradient of layer id is non-finite.
+  template <Collective Coll>
+  void agree_finite(std::span<const std::span<float>> grads, Coll& coll) {
+    for (std::size_t id = 0; id < layers_.size(); ++id)
+      flags_[id] = cpu::all_finite(*exec_, grads[id]) ? 0.0f : 1.0f;
+    coll.allreduce_sum(flags_);
+  }
+
+  [[nodiscard]] static float norm(std::span<const float> g) {
+    double sum = 0;
+    for (float v : g) sum += double{v} * v;
+    return static_cast<float>(std::sqrt(sum));
+  }
+
+  /// Every rank registered the same layers: one allreduce of 16 floats carrying the bytes b of a
+  /// hash of the names and shapes and their squares; the sum of squares equals (sum)^2 / W for
+  /// every byte exactly when all ranks hold the same bytes, and every rank computes the same
+  /// verdict from the same sums. Sums stay exact in float for up to 256 ranks.
+  template <Collective Coll>
+  void verify_layers(Coll& coll) {
+    float sums[16];
+    for (int b = 0; b < 8; ++b) {
+      const auto byte = static_cast<float>((hash_ >> (8 * b)) & 0xFF);
+      sums[b] = byte;
+      sums[8 + b] = byte * byte;
+    }
+    coll.allreduce_sum(std::span<float>(sums, 16));
+    const double w = static_cast<double>(coll.size());
+    for (int b = 0; b < 8; ++b)
+      if (double{sums[b]} * sums[b] != w * sums[8 + b])
+        detail::fail("synchronizer: the ranks registered different layers (names, shapes or order "
+                     "differ); this rank has ", layers_.size(), " layers, the last '",
+                     layers_.empty() ? std::string() : layers_.back().name, "'");
+  }
+
+  /// FNV-1a over a layer's name and dimensions, chained.
+  static std::uint64_t mix(std::uint64_t h, const layer_info& info) {
+    auto add = [&h](std::uint64_t v) {
+      for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xFF)) * 0x100000001B3ULL;
+    };
+    for (char ch : info.name) add(static_cast<unsigned char>(ch));
+    add(info.shape.rank());
+    for (std::size_t d = 0; d < info.shape.rank(); ++d) add(info.shape[d]);
+    return h;
+  }
+
+  C low_, high_;
+  D detector_;
+  Exec* exec_;
+  std::vector<layer_info> layers_;
+  std::vector<state_type> states_;
+  std::vector<layer_telemetry> telemetry_;
+  std::vector<step_status> statuses_;
+  std::vector<float> flags_;
+  std::uint64_t hash_ = 0xCBF29CE484222325ULL;
+  std::uint64_t steps_ = 0, epoch_ = 0;
+  bool measure_norms_ = false;
+};
+
+}  // namespace bellows
