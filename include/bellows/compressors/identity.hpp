@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -99,6 +100,9 @@ private:
     const std::span<const float> values = r.array<float>(h.count);
     r.finish();
     if (h.flags & wire::flag::non_finite) return {step_status::non_finite, {}};
+    for (float v : values)
+      if (!std::isfinite(v))
+        detail::fail<wire_error>("identity: payload holds a non-finite value without the non-finite flag");
     return {step_status::ok, values};
   }
 

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "bellows/concepts.hpp"
+#include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
 #include "bellows/core/gather_buffer.hpp"
 #include "bellows/core/shape.hpp"
@@ -158,6 +159,41 @@ public:
                       saved.norm_prev[id]);
     }
     state_ = std::move(saved);
+  }
+
+  /// Checkpoint: state() field by field, each array with its length.
+  void save(checkpoint_writer& w) const {
+    w.put(state_.epoch);
+    w.put(state_.checks);
+    w.put(state_.lr);
+    w.put_array(std::span<const regime>(state_.regimes));
+    w.put_array(std::span<const float>(state_.norm_prev));
+    w.put_array(std::span<const std::uint64_t>(state_.steps));
+    for (const std::vector<double>& sum : state_.sums) w.put_array(std::span<const double>(sum));
+  }
+
+  /// Reads what save() wrote for a detector with the same layers; anything that does not fit
+  /// raises bellows::wire_error and changes nothing.
+  void load(checkpoint_reader& r) {
+    accordion_state saved = state_;  // the shapes to read into
+    saved.epoch = r.get<std::uint64_t>("accordion epoch");
+    saved.checks = r.get<std::uint64_t>("accordion checks");
+    saved.lr = r.get<float>("accordion learning rate");
+    r.get_array(std::span<regime>(saved.regimes), "accordion regimes");
+    r.get_array(std::span<float>(saved.norm_prev), "accordion norms");
+    r.get_array(std::span<std::uint64_t>(saved.steps), "accordion step counts");
+    for (std::vector<double>& sum : saved.sums) {
+      r.get_array(std::span<double>(sum), "accordion gradient sum");
+      for (double v : sum)
+        if (!std::isfinite(v)) detail::fail<wire_error>("accordion: a saved gradient sum is not finite");
+    }
+    try {
+      restore(std::move(saved));
+    } catch (const wire_error&) {
+      throw;
+    } catch (const error& e) {
+      detail::fail<wire_error>(e.what());
+    }
   }
 
 private:

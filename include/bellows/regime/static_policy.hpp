@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bellows/concepts.hpp"
+#include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
 #include "bellows/core/shape.hpp"
 #include "bellows/core/traffic.hpp"
@@ -41,6 +42,15 @@ public:
   }
 
   [[nodiscard]] std::span<const regime> regimes() const noexcept { return regimes_; }
+
+  /// Checkpoint: the fixed decisions, so a checkpoint of another policy is refused on load.
+  void save(checkpoint_writer& w) const { w.put_array(std::span<const regime>(regimes_)); }
+  void load(checkpoint_reader& r) const {
+    std::vector<regime> saved(regimes_.size());
+    r.get_array(std::span<regime>(saved), "static policy regimes");
+    if (saved != regimes_)
+      detail::fail<wire_error>("static_policy: the checkpoint was saved with another static policy");
+  }
 
 private:
   regime always_;

@@ -143,9 +143,8 @@ public:
   [[nodiscard]] D& detector() noexcept { return detector_; }
   [[nodiscard]] const state_type& state(std::size_t id) const { return states_.at(id); }
 
-  /// Writes the whole state (compressor states, detector, counters, telemetry) to `path`
-  /// atomically: a crash during the save leaves the previous file intact.
-  void save(const std::filesystem::path& path) const
+  /// The whole state (compressor states, detector, counters, telemetry) as checkpoint bytes.
+  [[nodiscard]] std::vector<std::byte> checkpoint() const
     requires requires(const C& c, const state_type& s, const D& d, checkpoint_writer& w) {
       c.save(s, w);
       d.save(w);
@@ -167,28 +166,37 @@ public:
       low_.save(states_[id], w);
     }
     detector_.save(w);
-    write_file_atomically(path, w.bytes());
+    return {w.bytes().begin(), w.bytes().end()};
   }
 
-  /// Restores a state written by save() for the same layers. The file is read and validated
-  /// completely first: a file of another version, for other layers, or truncated raises
-  /// bellows::wire_error and changes nothing.
-  void load(const std::filesystem::path& path)
+  /// Writes checkpoint() to `path` atomically: a crash during the save leaves the previous file.
+  void save(const std::filesystem::path& path) const { write_file_atomically(path, checkpoint()); }
+
+  /// Restores a state written by save() for the same layers.
+  void load(const std::filesystem::path& path) {
+    try {
+      restore(read_file(path));
+    } catch (const wire_error& e) {
+      detail::fail<wire_error>(path.string(), ": ", e.what());
+    }
+  }
+
+  /// Restores checkpoint() bytes. They are validated completely first: bytes of another version,
+  /// for other layers, or truncated raise bellows::wire_error and change nothing.
+  void restore(std::span<const std::byte> bytes)
     requires requires(const C& c, state_type& s, D& d, checkpoint_reader& r) {
       c.load(s, r);
       d.load(r);
     }
   {
-    const std::vector<std::byte> bytes = read_file(path);
     checkpoint_reader r(bytes);
     if (r.get<std::uint32_t>("magic") != file_magic)
-      detail::fail<wire_error>("synchronizer: ", path, " is not a bellows checkpoint (bad magic)");
+      detail::fail<wire_error>("synchronizer: not a bellows checkpoint (bad magic)");
     if (const auto v = r.get<std::uint32_t>("version"); v != file_version)
-      detail::fail<wire_error>("synchronizer: ", path, " has checkpoint version ", v,
-                               ", this build reads ", file_version);
+      detail::fail<wire_error>("synchronizer: checkpoint version ", v, ", this build reads ",
+                               file_version);
     if (r.get<std::uint64_t>("layer hash") != hash_ || r.get<std::uint64_t>("layer count") != layers_.size())
-      detail::fail<wire_error>("synchronizer: ", path,
-                               " was saved for other layers (names or shapes differ)");
+      detail::fail<wire_error>("synchronizer: checkpoint saved for other layers (names or shapes differ)");
     // Restore into copies, and commit only when everything has been read.
     auto telemetry = telemetry_;
     auto states = states_;
