@@ -47,3 +47,21 @@ TEST_CASE("divide: divides (not multiplies by the reciprocal), identically for a
     CHECK(std::memcmp(y.data(), expected.data(), n * sizeof(float)) == 0);
   }
 }
+
+TEST_CASE("add: out = a + b, in place on either side, for any thread count") {
+  const std::size_t n = 2 * bellows::cpu::elementwise_chunk + 5;
+  const auto a = bellows::testing::normal_floats(n, 21);
+  const auto b = bellows::testing::normal_floats(n, 22);
+  for (unsigned threads : {1u, 3u}) {
+    bellows::cpu::executor exec(threads);
+    std::vector<float> out(n);
+    bellows::cpu::add(exec, out, a, b);
+    for (std::size_t i = 0; i < n; ++i) CHECK(out[i] == a[i] + b[i]);
+    auto x = a;
+    bellows::cpu::add(exec, x, x, b);
+    CHECK(x == out);
+  }
+  std::vector<float> short_out(3);
+  bellows::cpu::executor exec(1);
+  CHECK_THROWS_AS(bellows::cpu::add(exec, short_out, a, b), bellows::error);
+}

@@ -58,6 +58,15 @@ inline void add_into(executor& exec, std::span<float> x, std::span<const float> 
   });
 }
 
+/// out[i] = a[i] + b[i] (same lengths; out may alias a or b).
+inline void add(executor& exec, std::span<float> out, std::span<const float> a, std::span<const float> b) {
+  BELLOWS_EXPECTS(out.size() == a.size() && a.size() == b.size(), "add: lengths ", out.size(), ", ",
+                  a.size(), " and ", b.size());
+  exec.for_chunks(out.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
+  });
+}
+
 /// out[i] = a[i] - b[i] (same lengths; out may alias a).
 inline void subtract(executor& exec, std::span<float> out, std::span<const float> a,
                      std::span<const float> b) {

@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: Apache-2.0
+// QSGD's quantisation (Alistarh et al., NeurIPS 2017) as SPEC.md fixes it: per bucket of d
+// elements a scale (L2 norm or largest magnitude), then for each element a sign and a level
+// floor(s |v_i| / scale + u_i) in [0, s], s = 2^(b-1) - 1, with u_i uniform in [0, 1) from word i
+// of a Philox stream; codes of b bits (sign in the top bit), packed little-endian within bytes.
+//
+// Arithmetic, fixed here so that every backend computes the same bits:
+//  - L2 scale: the squares summed in float over `lane_width` interleaved partial sums added in a
+//    fixed tree; when that sum is not within [2^-100, 2^100] (underflow, overflow, NaN) the bucket
+//    is summed again in double. The scale is the square root rounded to float.
+//  - level = min(int(|v_i| * (s / scale) + u_i), s): one division per bucket; the clamp catches
+//    the rounding of values at the top level. u_i = philox::to_uniform(word i).
+//  - A bucket whose scale is 0, below 2^-100 or not finite gets scale 0 (not finite: left as is,
+//    the caller flags the payload) and all-zero codes. A code has its sign bit set only when its
+//    level is not 0, so zero is always code 0.
+//  - decoded value = sign * level * (scale / s), one division per bucket.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "bellows/core/error.hpp"
+#include "bellows/core/philox.hpp"
+#include "bellows/cpu/executor.hpp"
+
+namespace bellows::cpu {
+
+/// How a bucket's scale is measured.
+enum class bucket_norm : unsigned char { l2, max_abs };
+
+/// The shape of a QSGD code array: n elements of `bits` bits in buckets of `bucket` elements.
+struct code_layout {
+  unsigned bits = 8;
+  std::size_t bucket = 512;
+  std::size_t n = 0;
+
+  [[nodiscard]] static constexpr bool valid_bits(unsigned b) noexcept { return b == 2 || b == 4 || b == 8; }
+  /// s: magnitude levels above zero.
+  [[nodiscard]] constexpr std::uint32_t levels() const noexcept { return (1u << (bits - 1)) - 1; }
+  [[nodiscard]] constexpr std::size_t buckets() const noexcept { return (n + bucket - 1) / bucket; }
+  [[nodiscard]] constexpr std::size_t code_bytes() const noexcept { return (n * bits + 7) / 8; }
+};
+
+namespace detail {
+
+/// Elements per step of the quantise and dequantise loops: eight Philox blocks.
+inline constexpr std::size_t code_block = 32;
+inline constexpr float smallest_scale = 0x1p-100f;
+
+/// Words 0..4L-1 of `s` starting at block `first`, laid out w[word of block][block]: L Philox
+/// blocks computed side by side so the compiler can keep them in vector registers.
+template <std::size_t L>
+inline void philox_blocks(const philox::stream& s, std::uint32_t first, std::uint32_t (&w)[4][L]) noexcept {
+  std::uint32_t k0 = static_cast<std::uint32_t>(s.seed), k1 = static_cast<std::uint32_t>(s.seed >> 32);
+  for (std::size_t l = 0; l < L; ++l) {
+    w[0][l] = first + static_cast<std::uint32_t>(l);
+    w[1][l] = s.step;
+    w[2][l] = s.layer;
+    w[3][l] = s.rank;
+  }
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += philox::detail::weyl0;
+      k1 += philox::detail::weyl1;
+    }
+    for (std::size_t l = 0; l < L; ++l) {
+      const std::uint64_t p0 = std::uint64_t{philox::detail::mul0} * w[0][l];
+      const std::uint64_t p1 = std::uint64_t{philox::detail::mul1} * w[2][l];
+      const auto c1 = w[1][l], c3 = w[3][l];
+      w[0][l] = static_cast<std::uint32_t>(p1 >> 32) ^ c1 ^ k0;
+      w[1][l] = static_cast<std::uint32_t>(p1);
+      w[2][l] = static_cast<std::uint32_t>(p0 >> 32) ^ c3 ^ k1;
+      w[3][l] = static_cast<std::uint32_t>(p0);
+    }
+  }
+}
+
+/// The scale of one bucket, as the header comment fixes it.
+[[nodiscard]] inline float bucket_scale(const float* v, std::size_t d, bucket_norm norm) noexcept {
+  if (norm == bucket_norm::max_abs) {
+    std::uint32_t top = 0;  // |v| as bits: integer order is float order, and NaN sorts above Inf
+    for (std::size_t i = 0; i < d; ++i) top = std::max(top, std::bit_cast<std::uint32_t>(v[i]) & 0x7FFFFFFFu);
+    return std::bit_cast<float>(top);
+  }
+  float acc[8] = {};
+  const std::size_t body = d / 8 * 8;
+  for (std::size_t i = 0; i < body; i += 8)
+    for (std::size_t l = 0; l < 8; ++l) acc[l] += v[i + l] * v[i + l];
+  float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (std::size_t i = body; i < d; ++i) sum += v[i] * v[i];
+  if (sum >= 0x1p-100f && sum <= 0x1p100f) return std::sqrt(sum);
+  double wide = 0.0;
+  for (std::size_t i = 0; i < d; ++i) wide += static_cast<double>(v[i]) * v[i];
+  return static_cast<float>(std::sqrt(wide));
+}
+
+/// The whole code blocks inside [lo, hi): [first, last), both multiples of code_block (or both
+/// hi when there is none); the elements outside them are the bucket's edges.
+struct block_span {
+  std::size_t first, last;
+};
+[[nodiscard]] inline block_span whole_blocks(std::size_t lo, std::size_t hi) noexcept {
+  const std::size_t first = std::min(hi, (lo + code_block - 1) / code_block * code_block);
+  return {first, std::max(first, hi / code_block * code_block)};
+}
+
+/// The code of one element: sign bit (only with a non-zero level) above the level.
+[[nodiscard]] inline std::uint32_t code_of(float v, float inv, float u, std::int32_t s,
+                                           unsigned bits) noexcept {
+  const std::uint32_t bitsv = std::bit_cast<std::uint32_t>(v);
+  const float x = std::bit_cast<float>(bitsv & 0x7FFFFFFFu) * inv + u;
+  const std::int32_t level = std::min(static_cast<std::int32_t>(x), s);
+  const std::uint32_t sign = level != 0 ? (bitsv >> 31) << (bits - 1) : 0u;
+  return sign | static_cast<std::uint32_t>(level);
+}
+
+/// Codes of elements [i0, i0 + code_block) of one bucket (i0 a multiple of code_block), packed.
+template <unsigned Bits>
+inline void quantize_block(const float* v, std::size_t i0, float inv, std::int32_t s,
+                           const philox::stream& rng, std::uint8_t* codes) noexcept {
+  std::uint32_t w[4][code_block / 4];
+  philox_blocks(rng, static_cast<std::uint32_t>(i0 / 4), w);
+  std::uint32_t c[code_block];
+  for (std::size_t t = 0; t < code_block; ++t)
+    c[t] = code_of(v[t], inv, philox::to_uniform(w[t % 4][t / 4]), s, Bits);
+  constexpr std::size_t per_byte = 8 / Bits;
+  for (std::size_t b = 0; b < code_block / per_byte; ++b) {
+    std::uint32_t byte = 0;
+    for (std::size_t k = 0; k < per_byte; ++k) byte |= c[b * per_byte + k] << (k * Bits);
+    codes[(i0 + b * per_byte) * Bits / 8] = static_cast<std::uint8_t>(byte);
+  }
+}
+
+/// One bucket [lo, hi): whole code blocks by quantize_block, the edges element by element
+/// (OR-ed into bytes the caller zeroed; an edge byte may be shared with the next bucket).
+template <unsigned Bits>
+inline void quantize_bucket(const float* in, std::size_t lo, std::size_t hi, float inv, std::int32_t s,
+                            const philox::stream& rng, std::uint8_t* codes) noexcept {
+  const auto [first, last] = whole_blocks(lo, hi);
+  const auto one = [&](std::size_t i) {
+    const float u = philox::to_uniform(rng.word(i));
+    codes[i * Bits / 8] |= static_cast<std::uint8_t>(code_of(in[i], inv, u, s, Bits) << (i * Bits % 8));
+  };
+  for (std::size_t i = lo; i < first; ++i) one(i);
+  for (std::size_t i = first; i < last; i += code_block) quantize_block<Bits>(in + i, i, inv, s, rng, codes);
+  for (std::size_t i = last; i < hi; ++i) one(i);
+}
+
+/// Buckets per task: about 2^16 elements, and a multiple of 4 buckets so that no byte of codes
+/// is shared between tasks (4 is the most 2-bit codes a byte holds).
+[[nodiscard]] inline std::size_t buckets_per_task(std::size_t bucket) noexcept {
+  const std::size_t b = std::max<std::size_t>(1, (std::size_t{1} << 16) / bucket);
+  return (b + 3) / 4 * 4;
+}
+
+template <unsigned Bits>
+void quantize_range(std::span<const float> in, const code_layout& layout, bucket_norm norm,
+                    const philox::stream& rng, std::span<float> scales, std::uint8_t* codes,
+                    std::size_t b0, std::size_t b1) noexcept {
+  const auto s = static_cast<std::int32_t>(layout.levels());
+  const std::size_t lo = b0 * layout.bucket, hi = std::min(layout.n, b1 * layout.bucket);
+  std::fill(codes + lo * Bits / 8, codes + (hi * Bits + 7) / 8, std::uint8_t{0});
+  for (std::size_t b = b0; b < b1; ++b) {
+    const std::size_t i = b * layout.bucket, j = std::min(layout.n, i + layout.bucket);
+    float scale = bucket_scale(in.data() + i, j - i, norm);
+    if (!(scale >= smallest_scale)) scale = std::isfinite(scale) ? 0.0f : scale;
+    scales[b] = scale;
+    if (scale == 0.0f || !std::isfinite(scale)) continue;
+    quantize_bucket<Bits>(in.data(), i, j, static_cast<float>(s) / scale, s, rng, codes);
+  }
+}
+
+/// The value of one code: sign * level * step.
+template <unsigned Bits>
+[[nodiscard]] inline float decode_code(std::uint32_t c, float step) noexcept {
+  constexpr std::uint32_t magnitude = (1u << (Bits - 1)) - 1;
+  const float value = static_cast<float>(static_cast<std::int32_t>(c & magnitude)) * step;
+  return std::bit_cast<float>(std::bit_cast<std::uint32_t>(value) ^ ((c >> (Bits - 1)) << 31));
+}
+
+template <bool Add>
+inline void store(float* out, float value) noexcept {
+  if constexpr (Add)
+    *out += value;
+  else
+    *out = value;
+}
+
+/// Writes (or adds) the decoded values of elements [i0, i0 + code_block) of one bucket.
+template <unsigned Bits, bool Add>
+inline void dequantize_block(const std::uint8_t* codes, std::size_t i0, float step, float* out) noexcept {
+  constexpr std::uint32_t mask = (1u << Bits) - 1;
+  constexpr std::size_t per_byte = 8 / Bits;
+  const std::uint8_t* bytes = codes + i0 * Bits / 8;
+  for (std::size_t t = 0; t < code_block; ++t) {
+    const std::uint32_t c = (std::uint32_t{bytes[t / per_byte]} >> ((t % per_byte) * Bits)) & mask;
+    store<Add>(out + t, decode_code<Bits>(c, step));
+  }
+}
+
+template <unsigned Bits, bool Add>
+void dequantize_range(std::span<const float> scales, const std::uint8_t* codes, const code_layout& layout,
+                      std::span<float> out, std::size_t b0, std::size_t b1) noexcept {
+  constexpr std::uint32_t mask = (1u << Bits) - 1;
+  const auto s = static_cast<float>(layout.levels());
+  for (std::size_t b = b0; b < b1; ++b) {
+    const std::size_t lo = b * layout.bucket, hi = std::min(layout.n, lo + layout.bucket);
+    const float step = scales[b] / s;
+    const auto [first, last] = whole_blocks(lo, hi);
+    const auto one = [&](std::size_t i) {
+      const std::uint32_t c = (std::uint32_t{codes[i * Bits / 8]} >> (i * Bits % 8)) & mask;
+      store<Add>(out.data() + i, decode_code<Bits>(c, step));
+    };
+    for (std::size_t i = lo; i < first; ++i) one(i);
+    for (std::size_t i = first; i < last; i += code_block)
+      dequantize_block<Bits, Add>(codes, i, step, out.data() + i);
+    for (std::size_t i = last; i < hi; ++i) one(i);
+  }
+}
+
+inline void check_codes(const char* what, const code_layout& layout, std::size_t values,
+                        std::size_t scales, std::size_t code_bytes) {
+  BELLOWS_EXPECTS(code_layout::valid_bits(layout.bits) && layout.bucket >= 1, what, ": bits ",
+                  layout.bits, " and bucket ", layout.bucket);
+  BELLOWS_EXPECTS(values == layout.n && scales == layout.buckets() && code_bytes == layout.code_bytes(),
+                  what, ": ", values, " values, ", scales, " scales and ", code_bytes,
+                  " code bytes for a layout of ", layout.n, ", ", layout.buckets(), " and ",
+                  layout.code_bytes());
+}
+
+}  // namespace detail
+
+/// Quantises `in` into one scale per bucket and packed codes, with u_i = to_uniform(word i of
+/// `rng`). Returns false when some bucket's scale is not finite (the input held NaN or Inf, or
+/// its L2 norm overflows float): the caller must then flag the payload, whose codes are
+/// meaningless. Tasks are groups of buckets, so the result does not depend on the thread count.
+inline bool quantize_pack(executor& exec, std::span<const float> in, const code_layout& layout,
+                          bucket_norm norm, const philox::stream& rng, std::span<float> scales,
+                          std::span<std::uint8_t> codes) {
+  detail::check_codes("quantize_pack", layout, in.size(), scales.size(), codes.size());
+  BELLOWS_EXPECTS(in.size() / 4 < std::size_t{1} << 32, "quantize_pack: ", in.size(),
+                  " elements overrun the 2^34-word Philox stream");
+  exec.for_chunks(layout.buckets(), detail::buckets_per_task(layout.bucket), [&](std::size_t b0, std::size_t b1) {
+    switch (layout.bits) {
+      case 2: detail::quantize_range<2>(in, layout, norm, rng, scales, codes.data(), b0, b1); break;
+      case 4: detail::quantize_range<4>(in, layout, norm, rng, scales, codes.data(), b0, b1); break;
+      default: detail::quantize_range<8>(in, layout, norm, rng, scales, codes.data(), b0, b1); break;
+    }
+  });
+  return std::ranges::all_of(scales, [](float s) { return std::isfinite(s); });
+}
+
+/// Decodes packed codes and their scales: out[i] = value_i, or out[i] += value_i when
+/// `accumulate`. Codes are not checked here (every b-bit pattern is a sign and a level <= s);
+/// scales must be finite and >= 0 (the codec's validation checks them).
+inline void unpack_dequantize(executor& exec, std::span<const float> scales,
+                              std::span<const std::uint8_t> codes, const code_layout& layout,
+                              std::span<float> out, bool accumulate) {
+  detail::check_codes("unpack_dequantize", layout, out.size(), scales.size(), codes.size());
+  exec.for_chunks(layout.buckets(), detail::buckets_per_task(layout.bucket), [&](std::size_t b0, std::size_t b1) {
+    const auto run = [&]<unsigned Bits>() {
+      if (accumulate)
+        detail::dequantize_range<Bits, true>(scales, codes.data(), layout, out, b0, b1);
+      else
+        detail::dequantize_range<Bits, false>(scales, codes.data(), layout, out, b0, b1);
+    };
+    switch (layout.bits) {
+      case 2: run.template operator()<2>(); break;
+      case 4: run.template operator()<4>(); break;
+      default: run.template operator()<8>(); break;
+    }
+  });
+}
+
+}  // namespace bellows::cpu

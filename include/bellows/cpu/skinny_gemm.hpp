@@ -1,0 +1,274 @@
+// SPDX-License-Identifier: Apache-2.0
+// Products of a tall n x m matrix with skinny factors, as PowerSGD needs them: P = M Q, Q = M^T P
+// and the reconstruction P Q^T fused with the error update. M is never stored: it is the sum
+// g + e of the gradient and the error memory (or g alone when there is no memory), formed on the
+// fly, so each kernel reads g and e once and writes nothing but its result.
+//
+// Layouts: g and e are row-major n x m (row i holds elements i*m .. i*m+m-1, the matrix view of
+// shape.hpp); the factors are column-major, P as r columns of n floats (p[k*n + i]) and Q as r
+// columns of m floats (q[k*m + j]).
+//
+// Determinism: every output element is computed by one task with an order of operations fixed by
+// the shape alone (row chunks for P and the reconstruction, column panels for Q; lanes of
+// `lane_width` consecutive columns summed in a fixed tree), so results are bit-identical for any
+// thread count and any instruction set the compiler picks.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+
+#include "bellows/core/error.hpp"
+#include "bellows/cpu/elementwise.hpp"
+#include "bellows/cpu/executor.hpp"
+
+namespace bellows::cpu {
+
+/// Consecutive columns one step of a skinny kernel handles as independent lanes (a multiple of
+/// every vector width up to 256 bits, so the compiler can map the lanes onto registers).
+inline constexpr std::size_t lane_width = 8;
+
+/// The matrix M = g + e of PowerSGD, row-major, with e empty when there is no error memory.
+struct compensated_matrix {
+  std::span<const float> g;
+  std::span<const float> e;
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+
+  [[nodiscard]] bool has_memory() const noexcept { return !e.empty(); }
+};
+
+namespace detail {
+
+/// Ranks handled together by the row kernels: the accumulators of one row and four columns of
+/// a factor fit in the sixteen vector registers of the baseline x86-64 target.
+inline constexpr std::size_t rank_block = 4;
+
+/// Rows per task of the row kernels: about elementwise_chunk elements, at least one row.
+[[nodiscard]] inline std::size_t rows_per_task(std::size_t cols) noexcept {
+  return std::max<std::size_t>(1, elementwise_chunk / std::max<std::size_t>(cols, 1));
+}
+
+/// Columns per task of M^T P: the r accumulator columns of a panel stay in the L1 cache.
+[[nodiscard]] inline std::size_t panel_width(std::size_t rank) noexcept {
+  const std::size_t w = std::clamp<std::size_t>(4096 / std::max<std::size_t>(rank, 1), 64, 1024);
+  return w / lane_width * lane_width;
+}
+
+/// x[l] = g[l] + e[l] for one lane block (or g[l] alone).
+template <bool Memory>
+inline void load_lanes(const float* g, const float* e, float* x) noexcept {
+  for (std::size_t l = 0; l < lane_width; ++l) x[l] = Memory ? g[l] + e[l] : g[l];
+}
+
+template <bool Memory>
+[[nodiscard]] inline float load_one(const float* g, const float* e, std::size_t j) noexcept {
+  return Memory ? g[j] + e[j] : g[j];
+}
+
+/// out[k] = sum_j (g[j] + e[j]) * q[k*ldq + j] for K columns of Q and one row of length m.
+template <std::size_t K, bool Memory>
+void dot_row(const float* g, const float* e, const float* q, std::size_t ldq, std::size_t m,
+             float* out, std::size_t out_stride) noexcept {
+  float acc[K][lane_width] = {};
+  const std::size_t body = m / lane_width * lane_width;
+  for (std::size_t j = 0; j < body; j += lane_width) {
+    float x[lane_width];
+    load_lanes<Memory>(g + j, e + j, x);
+_Pragma("GCC unroll 8")
+    for (std::size_t k = 0; k < K; ++k)
+      for (std::size_t l = 0; l < lane_width; ++l) acc[k][l] += x[l] * q[k * ldq + j + l];
+  }
+  for (std::size_t k = 0; k < K; ++k) {
+    const float* a = acc[k];
+    float s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    for (std::size_t j = body; j < m; ++j) s += load_one<Memory>(g, e, j) * q[k * ldq + j];
+    out[k * out_stride] = s;
+  }
+}
+
+template <bool Memory>
+void project_rows_range(const compensated_matrix& M, std::span<const float> q, std::span<float> p,
+                        std::size_t rank, std::size_t lo, std::size_t hi) noexcept {
+  const std::size_t n = M.rows, m = M.cols;
+  for (std::size_t i = lo; i < hi; ++i) {
+    const float* g = M.g.data() + i * m;
+    const float* e = Memory ? M.e.data() + i * m : nullptr;
+    std::size_t k = 0;
+    for (; k + rank_block <= rank; k += rank_block)
+      dot_row<rank_block, Memory>(g, e, q.data() + k * m, m, m, p.data() + k * n + i, n);
+    switch (rank - k) {
+      case 3: dot_row<3, Memory>(g, e, q.data() + k * m, m, m, p.data() + k * n + i, n); break;
+      case 2: dot_row<2, Memory>(g, e, q.data() + k * m, m, m, p.data() + k * n + i, n); break;
+      case 1: dot_row<1, Memory>(g, e, q.data() + k * m, m, m, p.data() + k * n + i, n); break;
+      default: break;
+    }
+  }
+}
+
+/// Rows processed together by M^T P: each accumulator load and store serves four rows.
+inline constexpr std::size_t row_block = 4;
+
+/// q[k][j] += sum over the R rows of x_row[j] * p_row[k], for the K columns and the panel
+/// [j0, j1); the R products are added as a balanced tree, then to the accumulator.
+template <std::size_t R, std::size_t K, bool Memory>
+void axpy_rows(const compensated_matrix& M, std::size_t i, const float* p, std::size_t n,
+               float* q, std::size_t j0, std::size_t j1) noexcept {
+  const std::size_t m = M.cols;
+  const float* g[R];
+  const float* e[R];
+  float pk[K][R];
+  for (std::size_t r = 0; r < R; ++r) {
+    g[r] = M.g.data() + (i + r) * m;
+    e[r] = Memory ? M.e.data() + (i + r) * m : nullptr;
+    for (std::size_t k = 0; k < K; ++k) pk[k][r] = p[k * n + i + r];
+  }
+  const std::size_t body = j0 + (j1 - j0) / lane_width * lane_width;
+  for (std::size_t j = j0; j < body; j += lane_width) {
+    float x[R][lane_width];
+    _Pragma("GCC unroll 8")
+    for (std::size_t r = 0; r < R; ++r) load_lanes<Memory>(g[r] + j, Memory ? e[r] + j : nullptr, x[r]);
+    _Pragma("GCC unroll 8")
+    for (std::size_t k = 0; k < K; ++k) {
+      float* qk = q + k * m + j;
+      for (std::size_t l = 0; l < lane_width; ++l) {
+        if constexpr (R == 4)
+          qk[l] += (x[0][l] * pk[k][0] + x[1][l] * pk[k][1]) + (x[2][l] * pk[k][2] + x[3][l] * pk[k][3]);
+        else
+          qk[l] += x[0][l] * pk[k][0];
+      }
+    }
+  }
+  for (std::size_t j = body; j < j1; ++j) {
+    float x[R];
+    for (std::size_t r = 0; r < R; ++r) x[r] = load_one<Memory>(g[r], e[r], j);
+    for (std::size_t k = 0; k < K; ++k) {
+      if constexpr (R == 4)
+        q[k * m + j] += (x[0] * pk[k][0] + x[1] * pk[k][1]) + (x[2] * pk[k][2] + x[3] * pk[k][3]);
+      else
+        q[k * m + j] += x[0] * pk[k][0];
+    }
+  }
+}
+
+template <std::size_t R, bool Memory>
+void axpy_rows_all_ranks(const compensated_matrix& M, std::size_t i, std::span<const float> p,
+                         std::span<float> q, std::size_t rank, std::size_t j0, std::size_t j1) noexcept {
+  const std::size_t n = M.rows, m = M.cols;
+  std::size_t k = 0;
+  for (; k + rank_block <= rank; k += rank_block)
+    axpy_rows<R, rank_block, Memory>(M, i, p.data() + k * n, n, q.data() + k * m, j0, j1);
+  switch (rank - k) {
+    case 3: axpy_rows<R, 3, Memory>(M, i, p.data() + k * n, n, q.data() + k * m, j0, j1); break;
+    case 2: axpy_rows<R, 2, Memory>(M, i, p.data() + k * n, n, q.data() + k * m, j0, j1); break;
+    case 1: axpy_rows<R, 1, Memory>(M, i, p.data() + k * n, n, q.data() + k * m, j0, j1); break;
+    default: break;
+  }
+}
+
+template <bool Memory>
+void project_cols_panel(const compensated_matrix& M, std::span<const float> p, std::span<float> q,
+                        std::size_t rank, std::size_t j0, std::size_t j1) noexcept {
+  const std::size_t n = M.rows, m = M.cols;
+  for (std::size_t k = 0; k < rank; ++k) std::fill(q.data() + k * m + j0, q.data() + k * m + j1, 0.0f);
+  std::size_t i = 0;
+  for (; i + row_block <= n; i += row_block) axpy_rows_all_ranks<row_block, Memory>(M, i, p, q, rank, j0, j1);
+  for (; i < n; ++i) axpy_rows_all_ranks<1, Memory>(M, i, p, q, rank, j0, j1);
+}
+
+/// One row of the reconstruction: o = sum_k p[k] * q[k][.], then e = (g + e) - o and g = o.
+template <bool Memory>
+void reconstruct_row(float* g, float* e, const float* p, std::size_t n, const float* q,
+                     std::size_t m, std::size_t rank) noexcept {
+  const std::size_t body = m / lane_width * lane_width;
+  for (std::size_t j = 0; j < body; j += lane_width) {
+    float o[lane_width];
+    for (std::size_t l = 0; l < lane_width; ++l) o[l] = p[0] * q[j + l];
+    for (std::size_t k = 1; k < rank; ++k)
+      for (std::size_t l = 0; l < lane_width; ++l) o[l] += p[k * n] * q[k * m + j + l];
+    if constexpr (Memory) {
+      float x[lane_width];
+      load_lanes<true>(g + j, e + j, x);
+      for (std::size_t l = 0; l < lane_width; ++l) e[j + l] = x[l] - o[l];
+    }
+    for (std::size_t l = 0; l < lane_width; ++l) g[j + l] = o[l];
+  }
+  for (std::size_t j = body; j < m; ++j) {
+    float o = p[0] * q[j];
+    for (std::size_t k = 1; k < rank; ++k) o += p[k * n] * q[k * m + j];
+    if constexpr (Memory) e[j] = (g[j] + e[j]) - o;
+    g[j] = o;
+  }
+}
+
+inline void check_factor(const char* what, std::size_t have, std::size_t need) {
+  BELLOWS_EXPECTS(have == need, what, ": factor of ", have, " floats where ", need, " are needed");
+}
+
+inline void check_matrix(const char* what, const compensated_matrix& M) {
+  BELLOWS_EXPECTS(M.g.size() == M.rows * M.cols && (M.e.empty() || M.e.size() == M.g.size()), what,
+                  ": a ", M.rows, " x ", M.cols, " matrix with g of ", M.g.size(), " and e of ",
+                  M.e.size(), " floats");
+}
+
+}  // namespace detail
+
+/// p = M q: p is n x r and q m x r, both column-major, r = q.size() / m. Reads M once when
+/// r <= 4 (larger ranks re-read each row from the cache, not from memory).
+inline void project_rows(executor& exec, const compensated_matrix& M, std::span<const float> q,
+                         std::span<float> p) {
+  detail::check_matrix("project_rows", M);
+  if (M.rows == 0 || M.cols == 0) return;
+  const std::size_t rank = q.size() / M.cols;
+  detail::check_factor("project_rows", q.size(), rank * M.cols);
+  detail::check_factor("project_rows", p.size(), rank * M.rows);
+  exec.for_chunks(M.rows, detail::rows_per_task(M.cols), [&](std::size_t lo, std::size_t hi) {
+    if (M.has_memory())
+      detail::project_rows_range<true>(M, q, p, rank, lo, hi);
+    else
+      detail::project_rows_range<false>(M, q, p, rank, lo, hi);
+  });
+}
+
+/// q = M^T p: q is m x r and p n x r, both column-major, r = p.size() / n. Reads M once; each
+/// task owns a panel of columns of q and sums over all rows in order, so no partial sums cross
+/// tasks.
+inline void project_cols(executor& exec, const compensated_matrix& M, std::span<const float> p,
+                         std::span<float> q) {
+  detail::check_matrix("project_cols", M);
+  if (M.rows == 0 || M.cols == 0) return;
+  const std::size_t rank = p.size() / M.rows;
+  detail::check_factor("project_cols", p.size(), rank * M.rows);
+  detail::check_factor("project_cols", q.size(), rank * M.cols);
+  exec.for_chunks(M.cols, detail::panel_width(rank), [&](std::size_t j0, std::size_t j1) {
+    if (M.has_memory())
+      detail::project_cols_panel<true>(M, p, q, rank, j0, j1);
+    else
+      detail::project_cols_panel<false>(M, p, q, rank, j0, j1);
+  });
+}
+
+/// The decompression of PowerSGD fused with its error update, in one pass over g and e:
+/// out = p q^T (r >= 1 columns each), then e = (g + e) - out when e is not empty, and g = out.
+inline void reconstruct_update(executor& exec, std::span<float> g, std::span<float> e,
+                               std::size_t rows, std::size_t cols, std::span<const float> p,
+                               std::span<const float> q) {
+  const compensated_matrix M{g, e, rows, cols};
+  detail::check_matrix("reconstruct_update", M);
+  if (rows == 0 || cols == 0) return;
+  const std::size_t rank = q.size() / cols;
+  BELLOWS_EXPECTS(rank >= 1, "reconstruct_update: rank must be >= 1");
+  detail::check_factor("reconstruct_update", q.size(), rank * cols);
+  detail::check_factor("reconstruct_update", p.size(), rank * rows);
+  exec.for_chunks(rows, detail::rows_per_task(cols), [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) {
+      float* gi = g.data() + i * cols;
+      if (e.empty())
+        detail::reconstruct_row<false>(gi, nullptr, p.data() + i, rows, q.data(), cols, rank);
+      else
+        detail::reconstruct_row<true>(gi, e.data() + i * cols, p.data() + i, rows, q.data(), cols, rank);
+    }
+  });
+}
+
+}  // namespace bellows::cpu

@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <bellows/cpu/quantize.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "../support/random.hpp"
+
+namespace {
+
+using bellows::cpu::bucket_norm;
+using bellows::cpu::code_layout;
+
+/// The code of element i, straight from SPEC.md with word i of the stream (scalar Philox).
+std::uint32_t reference_code(float v, float scale, std::uint32_t s, unsigned bits,
+                             const bellows::philox::stream& rng, std::size_t i) {
+  if (scale == 0.0f) return 0;
+  const float u = bellows::philox::to_uniform(rng.word(i));
+  const auto level = std::min<std::int32_t>(static_cast<std::int32_t>(std::abs(v) * (static_cast<float>(s) / scale) + u),
+                                            static_cast<std::int32_t>(s));
+  const std::uint32_t sign = level != 0 && std::signbit(v) ? 1u << (bits - 1) : 0u;
+  return sign | static_cast<std::uint32_t>(level);
+}
+
+std::uint32_t code_at(const std::vector<std::uint8_t>& codes, std::size_t i, unsigned bits) {
+  return (codes[i * bits / 8] >> (i * bits % 8)) & ((1u << bits) - 1);
+}
+
+struct packed {
+  std::vector<float> scales;
+  std::vector<std::uint8_t> codes;
+  bool finite;
+};
+
+packed pack(bellows::cpu::executor& exec, const std::vector<float>& v, const code_layout& l,
+            bucket_norm norm, const bellows::philox::stream& rng) {
+  packed p{std::vector<float>(l.buckets()), std::vector<std::uint8_t>(l.code_bytes(), 0xAB), false};
+  p.finite = bellows::cpu::quantize_pack(exec, v, l, norm, rng, p.scales, p.codes);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("quantize_pack: codes are SPEC's, word i of the stream for element i, for every width and bucket") {
+  bellows::cpu::executor one(1), three(3);
+  const bellows::philox::stream rng{9, 4, 2, 1};
+  for (unsigned bits : {2u, 4u, 8u}) {
+    for (std::size_t bucket : {1u, 3u, 32u, 100u, 512u}) {
+      for (std::size_t n : {1u, 31u, 1000u, 70001u}) {
+        for (bucket_norm norm : {bucket_norm::l2, bucket_norm::max_abs}) {
+          CAPTURE(bits);
+          CAPTURE(bucket);
+          CAPTURE(n);
+          const code_layout l{bits, bucket, n};
+          auto v = bellows::testing::normal_floats(n, n + bits);
+          if (n > 600) std::fill(v.begin() + 200, v.begin() + 400, 0.0f);  // whole zero buckets
+          const packed a = pack(one, v, l, norm, rng);
+          const packed b = pack(three, v, l, norm, rng);
+          CHECK(a.finite);
+          CHECK(a.scales == b.scales);
+          CHECK(a.codes == b.codes);
+          std::size_t wrong = 0;
+          for (std::size_t i = 0; i < n; ++i) {
+            const std::size_t k = i / bucket;
+            // The scale: the norm of the bucket (checked in double) and never below its largest |v|.
+            double ss = 0, top = 0;
+            for (std::size_t t = k * bucket; t < std::min(n, (k + 1) * bucket); ++t) {
+              ss += static_cast<double>(v[t]) * v[t];
+              top = std::max(top, static_cast<double>(std::abs(v[t])));
+            }
+            const double want = norm == bucket_norm::l2 ? std::sqrt(ss) : top;
+            if (i % bucket == 0) {
+              CHECK(std::abs(a.scales[k] - want) <= 1e-6 * want);
+              CHECK(a.scales[k] >= top);
+            }
+            wrong += code_at(a.codes, i, bits) != reference_code(v[i], a.scales[k], l.levels(), bits, rng, i);
+          }
+          CHECK(wrong == 0);
+          // Bits past the last code are zero.
+          if (n * bits % 8 != 0) CHECK((a.codes.back() >> (n * bits % 8)) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("unpack_dequantize: decodes every code to sign * level * (scale / s), written or added") {
+  bellows::cpu::executor one(1), three(3);
+  const bellows::philox::stream rng{1, 0, 0, 0};
+  for (unsigned bits : {2u, 4u, 8u}) {
+    for (std::size_t bucket : {1u, 7u, 64u, 512u}) {
+      const std::size_t n = 5000;
+      CAPTURE(bits);
+      CAPTURE(bucket);
+      const code_layout l{bits, bucket, n};
+      const auto v = bellows::testing::normal_floats(n, bits * bucket);
+      const packed p = pack(one, v, l, bucket_norm::l2, rng);
+      std::vector<float> out(n, 7.0f), acc(n, 1.0f), acc3(n, 1.0f);
+      bellows::cpu::unpack_dequantize(one, p.scales, p.codes, l, out, false);
+      bellows::cpu::unpack_dequantize(one, p.scales, p.codes, l, acc, true);
+      bellows::cpu::unpack_dequantize(three, p.scales, p.codes, l, acc3, true);
+      CHECK(acc == acc3);
+      const float s = static_cast<float>(l.levels());
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint32_t c = code_at(p.codes, i, bits);
+        const float mag = static_cast<float>(c & ((1u << (bits - 1)) - 1)) * (p.scales[i / bucket] / s);
+        const float want = (c >> (bits - 1)) ? -mag : mag;
+        CHECK(out[i] == want);
+        CHECK(acc[i] == 1.0f + want);
+        // Round trip: within one level of the input.
+        CHECK(std::abs(out[i] - v[i]) <= p.scales[i / bucket] / s * 1.0001f);
+      }
+    }
+  }
+}
+
+TEST_CASE("quantize_pack: zero buckets encode zeros; NaN or Inf report a non-finite scale") {
+  bellows::cpu::executor one(1);
+  const bellows::philox::stream rng{3, 1, 1, 1};
+  const code_layout l{4, 16, 40};  // buckets of 16, 16 and a short one of 8
+  std::vector<float> v(40, 0.0f);
+  v[20] = -0.0f;
+  packed p = pack(one, v, l, bucket_norm::l2, rng);
+  CHECK(p.finite);
+  for (float s : p.scales) CHECK(s == 0.0f);
+  for (std::uint8_t c : p.codes) CHECK(c == 0);
+  // Values too small to carry a scale (below 2^-100) quantise to zero as well.
+  std::fill(v.begin(), v.end(), 1e-35f);
+  p = pack(one, v, l, bucket_norm::max_abs, rng);
+  for (float s : p.scales) CHECK(s == 0.0f);
+  // A large bucket whose float sum of squares overflows is summed in double: finite scale.
+  std::fill(v.begin(), v.end(), 1e20f);
+  p = pack(one, v, l, bucket_norm::l2, rng);
+  CHECK(p.finite);
+  CHECK(std::abs(p.scales[0] - 4e20f) <= 1e15f);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    for (bucket_norm norm : {bucket_norm::l2, bucket_norm::max_abs}) {
+      v = bellows::testing::normal_floats(40, 1);
+      v[37] = bad;  // in the short last bucket
+      p = pack(one, v, l, norm, rng);
+      CHECK_FALSE(p.finite);
+      CHECK(std::isfinite(p.scales[0]));
+      CHECK_FALSE(std::isfinite(p.scales[2]));
+    }
+  }
+}
+
+TEST_CASE("quantize kernels refuse arrays that do not fit the layout") {
+  bellows::cpu::executor one(1);
+  const code_layout l{8, 4, 10};
+  std::vector<float> v(10), scales(3), wrong_scales(2);
+  std::vector<std::uint8_t> codes(10), short_codes(9);
+  const bellows::philox::stream rng{};
+  CHECK_THROWS_AS((void)bellows::cpu::quantize_pack(one, v, l, bucket_norm::l2, rng, wrong_scales, codes), bellows::error);
+  CHECK_THROWS_AS((void)bellows::cpu::quantize_pack(one, v, l, bucket_norm::l2, rng, scales, short_codes), bellows::error);
+  CHECK_THROWS_AS(bellows::cpu::unpack_dequantize(one, scales, codes, code_layout{3, 4, 10}, v, false), bellows::error);
+  CHECK(code_layout{2, 512, 5}.code_bytes() == 2);
+  CHECK(code_layout{4, 512, 5}.code_bytes() == 3);
+  CHECK(code_layout{8, 512, 1025}.buckets() == 3);
+  CHECK(code_layout{8, 512, 1}.levels() == 127);
+  CHECK(code_layout{4, 512, 1}.levels() == 7);
+  CHECK(code_layout{2, 512, 1}.levels() == 1);
+}
