@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: Apache-2.0
+// Data-parallel training of the example's MLP on Fashion-MNIST: W workers as threads of a
+// bellows::collectives::local_group, each holding a replica of the model and training on its own
+// shard of every epoch, with the gradients averaged over the workers at every step by the
+// averaging object the caller supplies.
+//
+// Plugging in gradient compression. The loop calls, on every worker,
+//     averaging.step(grads, comm)     once per step, grads[id] = the gradient of tensor id
+//     averaging.end_epoch(lr, comm)   once per epoch, lr = the next epoch's learning rate
+//     averaging.total_sent()          for the traffic of each epoch
+// which is exactly the surface of bellows::synchronizer. `uncompressed_averaging` below is the
+// baseline; to train compressed, the factory handed to train() returns a synchronizer with the
+// model's layers registered instead (a one-line change in main.cpp).
+//
+// Determinism. The model is initialised from the seed alone, every epoch's shuffle is keyed by
+// (seed, epoch), and the local collective sums in rank order, so every replica holds the same
+// weights at every step and a seed gives the same weights, bit for bit, run after run.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include <bellows/collectives/local.hpp>
+#include <bellows/compressors/identity.hpp>
+#include <bellows/concepts.hpp>
+#include <bellows/core/error.hpp>
+#include <bellows/core/philox.hpp>
+#include <bellows/core/shape.hpp>
+#include <bellows/core/traffic.hpp>
+
+#include "idx.hpp"
+#include "model.hpp"
+
+namespace fmnist {
+
+/// What the training loop asks of the object that averages the gradients on one worker.
+template <class A>
+concept gradient_averaging = requires(A& a, const A& ca, std::span<const std::span<float>> grads,
+                                      bellows::collectives::local& comm, float lr) {
+  { a.step(grads, comm) } -> std::convertible_to<std::span<const bellows::step_status>>;
+  a.end_epoch(lr, comm);
+  { ca.total_sent() } -> std::convertible_to<bellows::traffic>;
+};
+
+/// The baseline: every tensor averaged uncompressed by bellows::identity.
+class uncompressed_averaging {
+public:
+  explicit uncompressed_averaging(std::span<const bellows::layer_info> layers) {
+    for (const bellows::layer_info& layer : layers) states_.push_back(identity_.make_state(layer));
+    statuses_.resize(layers.size());
+  }
+
+  template <bellows::Collective C>
+  std::span<const bellows::step_status> step(std::span<const std::span<float>> grads, C& comm) {
+    BELLOWS_EXPECTS(grads.size() == states_.size(), "uncompressed_averaging: ", grads.size(),
+                    " gradients for ", states_.size(), " layers");
+    for (std::size_t id = 0; id < grads.size(); ++id) {
+      const bellows::reduce_result r = identity_.reduce(states_[id], grads[id], comm);
+      statuses_[id] = r.status;
+      sent_ += r.sent;
+    }
+    return statuses_;
+  }
+
+  template <bellows::Collective C>
+  void end_epoch(float /*lr*/, C& /*comm*/) noexcept {}
+
+  [[nodiscard]] bellows::traffic total_sent() const noexcept { return sent_; }
+
+private:
+  bellows::identity<> identity_;
+  std::vector<bellows::identity<>::state> states_;
+  std::vector<bellows::step_status> statuses_;
+  bellows::traffic sent_{};
+};
+
+static_assert(gradient_averaging<uncompressed_averaging>);
+
+struct train_options {
+  std::size_t epochs = 10;
+  std::uint64_t seed = 1;
+  std::size_t workers = 4;
+  std::size_t batch = 64;  ///< per worker; the global batch is workers * batch
+  step_schedule schedule{0.1f, 0.1f, {5, 8}};
+  float momentum = 0.9f;
+  float weight_decay = 5e-4f;
+  std::size_t train_limit = 0;  ///< train on the first train_limit images (0: all)
+  std::size_t test_limit = 0;   ///< test on the first test_limit images (0: all)
+
+  /// Raises bellows::error naming the bad value.
+  void validate(const dataset& data) const {
+    BELLOWS_EXPECTS(epochs >= 1, "fmnist: epochs must be >= 1, got ", epochs);
+    BELLOWS_EXPECTS(workers >= 1, "fmnist: workers must be >= 1, got ", workers);
+    BELLOWS_EXPECTS(batch >= 1, "fmnist: batch must be >= 1, got ", batch);
+    BELLOWS_EXPECTS(train_images(data) / workers >= batch, "fmnist: ", train_images(data),
+                    " training images are too few for ", workers, " workers of batch ", batch);
+    BELLOWS_EXPECTS(test_images(data) >= 1, "fmnist: no test images");
+    BELLOWS_EXPECTS(std::isfinite(schedule.base) && schedule.base > 0,
+                    "fmnist: learning rate must be > 0, got ", schedule.base);
+  }
+  [[nodiscard]] std::size_t train_images(const dataset& data) const noexcept {
+    return train_limit == 0 ? data.train.count : std::min(train_limit, data.train.count);
+  }
+  [[nodiscard]] std::size_t test_images(const dataset& data) const noexcept {
+    return test_limit == 0 ? data.test.count : std::min(test_limit, data.test.count);
+  }
+};
+
+/// One epoch as rank 0 saw it (the losses and accuracy are over all workers).
+struct epoch_report {
+  std::size_t epoch = 0;
+  float lr = 0;                   ///< learning rate of this epoch
+  double train_loss = 0;          ///< mean cross-entropy over the epoch's training batches
+  double test_loss = 0;           ///< mean cross-entropy over the test images
+  double test_accuracy = 0;       ///< fraction of test images classified right, in [0, 1]
+  double seconds = 0;             ///< wall time of the epoch: training and evaluation
+  std::size_t steps = 0;          ///< optimizer steps per worker
+  std::size_t skipped_steps = 0;  ///< steps whose averaging reported non_finite (not applied)
+  bellows::traffic sent{};        ///< what rank 0's averaging has sent since training began
+};
+
+struct train_result {
+  std::vector<epoch_report> epochs;
+  std::vector<float> weights;  ///< the final parameters (every replica holds the same)
+};
+
+/// The default epoch hook: does nothing.
+struct ignore_epoch {
+  template <class A>
+  void operator()(const epoch_report& /*report*/, const A& /*averaging*/) const noexcept {}
+};
+
+namespace detail {
+
+/// pixel value -> standardised input, with the mean and deviation of the training pixels.
+[[nodiscard]] inline std::vector<float> pixel_table(const split& train) {
+  double sum = 0, squares = 0;
+  for (const std::uint8_t p : train.images) {
+    sum += p;
+    squares += static_cast<double>(p) * p;
+  }
+  const double n = static_cast<double>(train.images.size());
+  const double mean = sum / n, variance = squares / n - mean * mean;
+  const double deviation = variance > 0 ? std::sqrt(variance) : 1.0;  // constant images: centre only
+  std::vector<float> table(256);
+  for (std::size_t p = 0; p < table.size(); ++p)
+    table[p] = static_cast<float>((static_cast<double>(p) - mean) / deviation);
+  return table;
+}
+
+/// order = a permutation of 0 .. order.size() - 1 drawn from (seed, epoch): Fisher-Yates with
+/// Philox words, so it is the same on every worker and every platform.
+inline void shuffle(std::span<std::uint32_t> order, std::uint64_t seed, std::size_t epoch) {
+  constexpr std::uint32_t shuffle_stream = 0xFFFF0000u;  // apart from the model's tensor ids
+  const bellows::philox::stream random{seed, static_cast<std::uint32_t>(epoch), shuffle_stream};
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::uint32_t>(i);
+  for (std::size_t i = order.size(); i-- > 1;) {
+    const std::uint32_t j = bellows::philox::to_below(random.word(i), static_cast<std::uint32_t>(i + 1));
+    std::swap(order[i], order[j]);
+  }
+}
+
+/// Copies the images `items` of a split, standardised, into x (row-major) and their labels.
+inline void gather(const split& s, std::span<const std::uint32_t> items, std::span<const float> table,
+                   std::span<float> x, std::span<std::uint8_t> labels) {
+  for (std::size_t b = 0; b < items.size(); ++b) {
+    const std::uint8_t* image = s.images.data() + std::size_t{items[b]} * image_size;
+    for (std::size_t i = 0; i < image_size; ++i) x[b * image_size + i] = table[image[i]];
+    labels[b] = s.labels[items[b]];
+  }
+}
+
+}  // namespace detail
+
+/// Trains `options.epochs` epochs on `options.workers` threads. `make_averaging(layers)` is called
+/// on every worker with the model's tensors (ids 0, 1, ...; name and shape) and returns that
+/// worker's gradient_averaging object; `on_epoch(report, averaging)` is called on rank 0 after
+/// every epoch. Exceptions of any worker are rethrown here.
+template <class MakeAveraging, class OnEpoch = ignore_epoch>
+train_result train(const dataset& data, const train_options& options, MakeAveraging make_averaging,
+                   OnEpoch on_epoch = {}) {
+  options.validate(data);
+  const std::vector<float> table = detail::pixel_table(data.train);
+  const std::size_t train_count = options.train_images(data), test_count = options.test_images(data);
+  const std::size_t batch = options.batch;
+  train_result result;
+  bellows::collectives::local_group group(options.workers);
+  group.run([&](bellows::collectives::local& comm) {
+    const std::size_t rank = comm.rank(), workers = comm.size();
+    mlp<float> model(options.seed, batch);
+    sgd<float> optimizer(model.parameters().size(), options.momentum, options.weight_decay);
+    auto averaging = make_averaging(model.layers());
+    static_assert(gradient_averaging<decltype(averaging)>,
+                  "make_averaging must return a gradient_averaging object");
+    std::vector<std::span<float>> grads;
+    for (std::size_t id = 0; id < model.layers().size(); ++id) grads.push_back(model.gradient(id));
+    std::vector<float> x(batch * image_size);
+    std::vector<std::uint8_t> labels(batch);
+    std::vector<std::uint32_t> order(train_count), test_items(batch);
+    // Each epoch every worker takes its own contiguous part of the shuffled order.
+    const std::size_t shard = train_count / workers, steps = shard / batch;
+    const std::size_t test_lo = test_count * rank / workers, test_hi = test_count * (rank + 1) / workers;
+
+    for (std::size_t epoch = 0; epoch < options.epochs; ++epoch) {
+      const auto start = std::chrono::steady_clock::now();
+      const float lr = options.schedule.at(epoch);
+      detail::shuffle(order, options.seed, epoch);
+      double train_loss = 0;
+      std::size_t skipped = 0;
+      for (std::size_t step = 0; step < steps; ++step) {
+        const std::span<const std::uint32_t> items(order.data() + rank * shard + step * batch, batch);
+        detail::gather(data.train, items, table, x, labels);
+        train_loss += static_cast<double>(model.train_batch(x, labels));
+        bool ok = true;
+        for (const bellows::step_status s : averaging.step(grads, comm))
+          ok = ok && s == bellows::step_status::ok;
+        if (ok)
+          optimizer.step(model.parameters(), model.gradients(), lr);
+        else
+          ++skipped;  // every rank agrees on the statuses, so every rank skips
+      }
+      averaging.end_epoch(options.schedule.at(epoch + 1), comm);
+
+      evaluation<float> test;
+      for (std::size_t lo = test_lo; lo < test_hi; lo += batch) {
+        const std::size_t n = std::min(batch, test_hi - lo);
+        const std::uint32_t first = static_cast<std::uint32_t>(lo);
+        for (std::size_t b = 0; b < n; ++b) test_items[b] = first + static_cast<std::uint32_t>(b);
+        detail::gather(data.test, std::span<const std::uint32_t>(test_items.data(), n), table, x, labels);
+        const evaluation<float> e = model.evaluate(std::span<const float>(x.data(), n * image_size),
+                                                   std::span<const std::uint8_t>(labels.data(), n));
+        test.loss_sum += e.loss_sum;
+        test.correct += e.correct;
+      }
+      float totals[3] = {static_cast<float>(train_loss), test.loss_sum, static_cast<float>(test.correct)};
+      comm.allreduce_sum(totals);
+      if (rank != 0) continue;
+      epoch_report report;
+      report.epoch = epoch;
+      report.lr = lr;
+      report.train_loss = totals[0] / static_cast<double>(steps * workers);
+      report.test_loss = totals[1] / static_cast<double>(test_count);
+      report.test_accuracy = totals[2] / static_cast<double>(test_count);
+      report.steps = steps;
+      report.skipped_steps = skipped;
+      report.sent = averaging.total_sent();
+      report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      on_epoch(report, std::as_const(averaging));
+      result.epochs.push_back(report);
+    }
+    if (rank == 0) {
+      const std::span<const float> w = model.parameters();
+      result.weights.assign(w.begin(), w.end());
+    }
+  });
+  return result;
+}
+
+}  // namespace fmnist
