@@ -4,6 +4,8 @@
 #pragma once
 
 #include <bellows/compressors/identity.hpp>
+#include <bellows/compressors/powersgd.hpp>
+#include <bellows/compressors/qsgd.hpp>
 #include <bellows/cpu/executor.hpp>
 
 namespace bellows::testing {
@@ -11,6 +13,18 @@ namespace bellows::testing {
 struct identity_case {
   using compressor = bellows::identity<>;
   static compressor make(cpu::executor& exec) { return compressor(exec); }
+};
+
+struct powersgd_case {
+  using compressor = bellows::powersgd<>;
+  static compressor make(cpu::executor& exec) { return compressor({.rank = 2}, exec); }
+};
+
+struct qsgd_case {
+  using compressor = bellows::qsgd<>;
+  static compressor make(cpu::executor& exec) {
+    return compressor({.bits = 4, .bucket = 100}, exec);
+  }
 };
 
 }  // namespace bellows::testing

@@ -19,7 +19,7 @@
 #include "../support/random.hpp"
 #include "conformance_cases.hpp"
 
-#define CONFORMANCE_CASES bellows::testing::identity_case
+#define CONFORMANCE_CASES bellows::testing::identity_case, bellows::testing::powersgd_case, bellows::testing::qsgd_case
 
 namespace {
 

@@ -56,6 +56,8 @@ TEST_CASE("orthogonalize: a column of zeros stays zero, never NaN, with or witho
   twin.insert(twin.end(), twin.begin(), twin.end());
   bellows::cpu::orthogonalize(exec, twin, 10, 0.0f);
   for (float v : twin) CHECK(std::isfinite(v));
+  // ... and, projected twice, orthogonal to column 0 (what lets P Q^T rebuild a low-rank M).
+  CHECK(std::abs(dot(twin, 0, 1, 10)) < 1e-5);
 }
 
 TEST_CASE("orthogonalize: eps enlarges the divisor as SPEC says") {

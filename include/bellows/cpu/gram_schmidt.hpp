@@ -2,8 +2,16 @@
 // Modified Gram-Schmidt over the columns of a tall, skinny column-major matrix (PowerSGD's P and
 // Q), as SPEC.md fixes it: column j is divided by (||column j|| + eps), then its projection is
 // removed from every later column. A column of norm 0 stays 0 (never NaN), whatever eps is.
+//
+// One addition to plain MGS: a column that lost more than half its norm to the projections (it
+// was nearly in the span of the columns before it, as when the matrix has rank below r) has
+// them removed a second time before it is normalised ("twice is enough", Kahan and Parlett).
+// Without it the rounding left in such a column is not orthogonal to the others, and P Q^T
+// would not reproduce a matrix of rank < r. Columns that keep half their norm, as random ones
+// do, see no second pass, so their arithmetic is plain MGS.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <span>
@@ -38,17 +46,28 @@ inline void orthogonalize(executor& /*exec*/, std::span<float> cols, std::size_t
                   " floats are not whole columns of ", rows);
   BELLOWS_EXPECTS(eps >= 0.0f, "orthogonalize: eps must be >= 0, got ", eps);
   const std::size_t rank = cols.size() / rows;
+  constexpr std::size_t most_columns = 64;  // larger ranks skip the second pass (no workspace)
+  double before[most_columns];
+  for (std::size_t j = 0; j < std::min(rank, most_columns); ++j) {
+    const float* c = cols.data() + j * rows;
+    before[j] = detail::dot_double(c, c, rows);
+  }
+  const auto remove_projection = [&](const float* c, float* d) {
+    const auto projection = static_cast<float>(detail::dot_double(c, d, rows));
+    for (std::size_t i = 0; i < rows; ++i) d[i] -= projection * c[i];
+  };
   for (std::size_t j = 0; j < rank; ++j) {
     float* c = cols.data() + j * rows;
-    const auto norm = static_cast<float>(std::sqrt(detail::dot_double(c, c, rows)));
+    double norm2 = detail::dot_double(c, c, rows);
+    if (j > 0 && j < most_columns && norm2 < 0.25 * before[j]) {
+      for (std::size_t l = 0; l < j; ++l) remove_projection(cols.data() + l * rows, c);
+      norm2 = detail::dot_double(c, c, rows);
+    }
+    const auto norm = static_cast<float>(std::sqrt(norm2));
     if (norm == 0.0f) continue;  // a zero column stays zero; its projections are zero too
     const float divisor = norm + eps;
     for (std::size_t i = 0; i < rows; ++i) c[i] /= divisor;
-    for (std::size_t l = j + 1; l < rank; ++l) {
-      float* d = cols.data() + l * rows;
-      const auto projection = static_cast<float>(detail::dot_double(c, d, rows));
-      for (std::size_t i = 0; i < rows; ++i) d[i] -= projection * c[i];
-    }
+    for (std::size_t l = j + 1; l < rank; ++l) remove_projection(c, cols.data() + l * rows);
   }
 }
 

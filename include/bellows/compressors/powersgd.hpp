@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: Apache-2.0
+// PowerSGD (Vogels, Karimireddy, Jaggi, NeurIPS 2019): a rank-r approximation of each layer's
+// gradient matrix by one step of subspace iteration, exchanged as two allreduces of the skinny
+// factors. The steps follow PyTorch's PowerSGD communication hook, as SPEC.md fixes them:
+//
+//   M = g + e; orthogonalise Q; P = M Q; allreduce_sum(P); orthogonalise P;
+//   Q = M^T P; allreduce_sum(Q); Q = Q / W; out = P Q^T; e = M - out
+//
+// Per layer, the matrix view is n = d0 rows by m = d1 * ... * dk columns. A layer is compressed
+// only when (n + m) r' min_compression_rate < n m, with r' = min(r, n, m); 1-D tensors and
+// scalars never are. Layers left uncompressed are averaged by one allreduce and keep no memory;
+// `aggregation(state)` tells which way a layer goes (`aggregation()` names the compressed way).
+//
+// Cost: M is never stored. One step reads g and e three times (P = M Q, Q = M^T P, and the
+// reconstruction) and writes e and the output once: eight streams of n m floats.
+//
+// Non-finite input: one float appended to the P allreduce carries each rank's verdict (is its
+// local P finite? a NaN or Inf anywhere in row i of M makes row i of P non-finite), so the ranks
+// agree in their first exchange. Until that exchange shows every rank finite, the step writes
+// only workspace; then every rank commits.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "bellows/compressors/powersgd_types.hpp"
+#include "bellows/concepts.hpp"
+#include "bellows/core/checkpoint.hpp"
+#include "bellows/core/error.hpp"
+#include "bellows/core/philox.hpp"
+#include "bellows/core/shape.hpp"
+#include "bellows/core/traffic.hpp"
+#include "bellows/cpu/elementwise.hpp"
+#include "bellows/cpu/executor.hpp"
+#include "bellows/cpu/gram_schmidt.hpp"
+#include "bellows/cpu/normals.hpp"
+#include "bellows/cpu/skinny_gemm.hpp"
+#include "bellows/feedback/error_feedback.hpp"
+
+namespace bellows {
+
+template <class Exec = cpu::executor>
+class powersgd {
+public:
+  /// One layer: the error memory e, the query Q and workspace, all sized at make_state.
+  struct state {
+    layer_info layer;
+    std::uint64_t step = 0;
+    std::size_t rows = 0;        ///< n
+    std::size_t cols = 0;        ///< m
+    std::size_t rank = 0;        ///< r' of a compressed layer; 0 for a layer left uncompressed
+    error_memory memory;         ///< e (n x m, row-major) of a compressed layer, if feedback is on
+    std::vector<float> query;    ///< Q, m x (columns held) column-major, kept between steps
+    std::vector<float> next;     ///< workspace: this step's Q, swapped into `query` on commit
+    std::vector<float> exchange; ///< workspace: P (n x r') and the non-finite vote, or the dense buffer
+
+    [[nodiscard]] bool compressed() const noexcept { return rank != 0; }
+  };
+
+  explicit powersgd(const powersgd_params& params = {}, Exec& exec = Exec::shared())
+      : params_(params), exec_(&exec) {
+    BELLOWS_EXPECTS(params.rank >= 1, "powersgd: rank must be >= 1, got ", params.rank);
+    BELLOWS_EXPECTS(params.min_compression_rate > 0.0f &&
+                        params.min_compression_rate <= std::numeric_limits<float>::max(),
+                    "powersgd: min_compression_rate must be a finite number > 0, got ",
+                    params.min_compression_rate);
+    BELLOWS_EXPECTS(params.orthogonalization_eps >= 0.0f &&
+                        params.orthogonalization_eps <= std::numeric_limits<float>::max(),
+                    "powersgd: orthogonalization_eps must be a finite number >= 0, got ",
+                    params.orthogonalization_eps);
+  }
+
+  [[nodiscard]] const powersgd_params& params() const noexcept { return params_; }
+
+  /// r' for a layer at rank r, or 0 when the layer is not worth compressing at that rank.
+  [[nodiscard]] std::size_t effective_rank(const layer_info& layer, std::size_t rank) const noexcept {
+    if (layer.shape.rank() < 2 || rank == 0) return 0;
+    const std::size_t n = layer.shape.rows(), m = layer.shape.cols();
+    const std::size_t r = std::min({rank, n, m});
+    const double compressed = static_cast<double>(n + m) * static_cast<double>(r) * params_.min_compression_rate;
+    return compressed < static_cast<double>(n) * static_cast<double>(m) ? r : 0;
+  }
+
+  [[nodiscard]] state make_state(const layer_info& layer) const {
+    state st;
+    st.layer = layer;
+    st.rows = layer.shape.rows();
+    st.cols = layer.shape.cols();
+    resize(st, effective_rank(layer, params_.rank));
+    return st;
+  }
+
+  /// How the compressor exchanges a compressed layer; see aggregation(state) for one layer.
+  [[nodiscard]] bellows::aggregation aggregation() const noexcept {
+    return bellows::aggregation::allreduce_two_round;
+  }
+  /// How this layer is exchanged: two allreduces when compressed, else one.
+  [[nodiscard]] bellows::aggregation aggregation(const state& st) const noexcept {
+    return st.compressed() ? bellows::aggregation::allreduce_two_round : bellows::aggregation::allreduce;
+  }
+
+  template <Collective Coll>
+  reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
+    BELLOWS_EXPECTS(inout.size() == st.layer.size(), "powersgd: layer '", st.layer.name,
+                    "' of shape ", st.layer.shape.to_string(), " has ", st.layer.size(),
+                    " elements, the buffer ", inout.size());
+    if (const std::size_t r = effective_rank(st.layer, params_.rank); r != st.rank) resize(st, r);
+    return st.compressed() ? reduce_low_rank(st, inout, coll) : reduce_dense(st, inout, coll);
+  }
+
+  /// Whether this layer is compressed at the state's current rank.
+  [[nodiscard]] bool compresses(const state& st) const noexcept { return st.compressed(); }
+
+  /// Sets a layer's rank (reduce does this itself when the compressor's rank differs from the
+  /// state's, as when Accordion switches a layer between two instances): keeps e and the first
+  /// min(r'_old, r'_new) columns of Q, and draws the others as the first draw would have. A
+  /// layer that the new rank leaves uncompressed keeps Q for later and sends its memory with its
+  /// next gradient. Allocates; not for the steady state.
+  void set_rank(state& st, std::size_t rank) const {
+    BELLOWS_EXPECTS(rank >= 1, "powersgd: layer '", st.layer.name, "': rank must be >= 1, got ", rank);
+    resize(st, effective_rank(st.layer, rank));
+  }
+
+  /// Appends what a layer carries from step to step: r', step, e (if any) and Q.
+  void save(const state& st, checkpoint_writer& out) const {
+    out.put<std::uint64_t>(st.rank);
+    out.put(st.step);
+    out.put<std::uint8_t>(st.memory.values().empty() ? 0 : 1);
+    out.put_array(st.memory.values());
+    out.put<std::uint64_t>(st.cols == 0 ? 0 : st.query.size() / st.cols);
+    out.put_array(std::span<const float>(st.query));
+  }
+
+  /// Reads what save wrote for the same layer. All of it is checked (ranks within the layer's,
+  /// array sizes) before the state changes; a mismatch raises bellows::wire_error.
+  void load(state& st, checkpoint_reader& in) const {
+    state next = st;
+    const auto rank = in.get<std::uint64_t>("powersgd rank");
+    next.step = in.get<std::uint64_t>("powersgd step");
+    const auto has_memory = in.get<std::uint8_t>("powersgd memory flag");
+    const std::size_t most = st.layer.shape.rank() < 2 ? 0 : std::min(st.rows, st.cols);
+    if (rank > most || has_memory > 1)
+      detail::fail<wire_error>("powersgd: layer '", st.layer.name, "' of shape ",
+                               st.layer.shape.to_string(), ": checkpoint rank ", rank,
+                               " (at most ", most, "), memory flag ", unsigned{has_memory});
+    if (has_memory != 0 && next.memory.values().empty())
+      next.memory = error_memory(params_.feedback == feedback::none ? feedback::residual : params_.feedback,
+                                 st.layer.size());
+    if (has_memory == 0) next.memory = error_memory();
+    in.get_array(next.memory.values(), "powersgd error memory");
+    const auto columns = in.get<std::uint64_t>("powersgd query columns");
+    if (columns > most || columns < rank)
+      detail::fail<wire_error>("powersgd: layer '", st.layer.name, "': checkpoint query of ", columns,
+                               " columns for rank ", rank);
+    next.query.assign(static_cast<std::size_t>(columns) * st.cols, 0.0f);
+    in.get_array(std::span<float>(next.query), "powersgd query");
+    next.rank = 0;
+    if (rank != 0) resize(next, static_cast<std::size_t>(rank));
+    st = std::move(next);
+  }
+
+private:
+  /// Sizes a state for effective rank r (0: uncompressed): the memory once it is first
+  /// compressed, Q keeping the columns it holds, and the workspaces.
+  void resize(state& st, std::size_t r) const {
+    const std::size_t n = st.rows, m = st.cols;
+    st.rank = r;
+    if (r == 0) {
+      st.exchange.assign(st.layer.size() + 1, 0.0f);
+      return;
+    }
+    if (st.memory.values().empty() && params_.feedback != feedback::none)
+      st.memory = error_memory(params_.feedback, n * m);
+    const std::size_t held = st.query.size() / m;
+    st.query.resize(m * r);
+    if (r > held) draw_columns(st, std::span<float>(st.query).subspan(held * m), held, 0);
+    st.next.assign(m * r, 0.0f);
+    st.exchange.assign(n * r + 1, 0.0f);
+  }
+
+  /// Columns first_col, first_col + 1, ... of the query drawn at `step`: element i of column j
+  /// is normal number j*m + i of the stream (seed, step, layer, shared).
+  void draw_columns(const state& st, std::span<float> out, std::size_t first_col, std::uint64_t step) const {
+    const philox::stream s{params_.seed, static_cast<std::uint32_t>(step), st.layer.id,
+                           philox::stream::shared};
+    fill_normals(*exec_, out, s, first_col * st.cols);
+  }
+
+  /// This step's query in st.next: the previous Q (warm start) or a new draw, with any all-zero
+  /// column of a warm-started Q drawn again (it would otherwise stay zero for good), then
+  /// orthogonalised.
+  void prepare_query(state& st) const {
+    const std::size_t m = st.cols;
+    if (params_.warm_start) {
+      std::ranges::copy(st.query, st.next.begin());
+      for (std::size_t j = 0; j < st.rank; ++j) {
+        const std::span<float> col = std::span<float>(st.next).subspan(j * m, m);
+        if (std::ranges::all_of(col, [](float v) { return v == 0.0f; })) draw_columns(st, col, j, 0);
+      }
+    } else {
+      draw_columns(st, st.next, 0, st.step);
+    }
+    orthogonalize(*exec_, st.next, m, params_.orthogonalization_eps);
+  }
+
+  template <Collective Coll>
+  reduce_result reduce_low_rank(state& st, std::span<float> inout, Coll& coll) {
+    const std::size_t n = st.rows, m = st.cols, r = st.rank;
+    const std::span<float> e = st.memory.values();
+    const cpu::compensated_matrix M{inout, e, n, m};
+    const std::span<float> p = std::span<float>(st.exchange).first(n * r);
+    float& vote = st.exchange[n * r];
+
+    prepare_query(st);
+    project_rows(*exec_, M, st.next, p);
+    vote = all_finite(*exec_, std::span<const float>(p)) ? 0.0f : 1.0f;
+    coll.allreduce_sum(std::span<float>(st.exchange));
+    traffic sent{st.exchange.size() * sizeof(float), st.exchange.size(), (n + m) * r};
+    if (vote != 0.0f || !all_finite(*exec_, std::span<const float>(p)))
+      return {step_status::non_finite, sent};
+
+    orthogonalize(*exec_, p, n, params_.orthogonalization_eps);
+    project_cols(*exec_, M, p, st.next);
+    coll.allreduce_sum(std::span<float>(st.next));
+    divide(*exec_, st.next, static_cast<float>(coll.size()));
+    sent += traffic{st.next.size() * sizeof(float), st.next.size(), 0};
+
+    reconstruct_update(*exec_, inout, e, n, m, p, st.next);
+    std::swap(st.query, st.next);
+    ++st.step;
+    return {step_status::ok, sent};
+  }
+
+  template <Collective Coll>
+  reduce_result reduce_dense(state& st, std::span<float> inout, Coll& coll) {
+    const std::size_t n = inout.size();
+    const std::span<float> values = std::span<float>(st.exchange).first(n);
+    const std::span<float> e = st.memory.values();
+    if (e.empty())
+      std::ranges::copy(inout, values.begin());
+    else
+      add(*exec_, values, inout, e);  // a memory left from compressed steps goes out with g
+    st.exchange[n] = all_finite(*exec_, std::span<const float>(values)) ? 0.0f : 1.0f;
+    coll.allreduce_sum(std::span<float>(st.exchange));
+    const traffic sent{st.exchange.size() * sizeof(float), st.exchange.size(), n};
+    if (st.exchange[n] != 0.0f) return {step_status::non_finite, sent};
+    std::ranges::copy(values, inout.begin());
+    divide(*exec_, inout, static_cast<float>(coll.size()));
+    if (!e.empty()) fill(*exec_, e, 0.0f);
+    ++st.step;
+    return {step_status::ok, sent};
+  }
+
+  powersgd_params params_;
+  Exec* exec_;
+};
+
+static_assert(Compressor<powersgd<>, archetypes::collective>, "powersgd must model Compressor");
+
+}  // namespace bellows

@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0
+// QSGD (Alistarh, Grubic, Li, Tomioka, Vojnovic, NeurIPS 2017): unbiased stochastic quantisation
+// to b bits per element, bucket by bucket, exchanged by allgather and averaged (SPEC.md, QSGD).
+//
+// Payload (wire format of core/wire.hpp, codec qsgd): header with count = buckets and
+// param = bits | bucket << 8, then one float32 scale per bucket, then the b-bit codes packed
+// little-endian within bytes (element i in bits (i b) mod 8 of byte (i b) / 8; sign in the top
+// bit of a code), the last bucket possibly short. A sender whose input held NaN or Inf (a bucket
+// scale that is not finite) sets the non_finite flag; every rank sees it in the allgather.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "bellows/compressors/detail/gather_average.hpp"
+#include "bellows/compressors/qsgd_types.hpp"
+#include "bellows/concepts.hpp"
+#include "bellows/core/checkpoint.hpp"
+#include "bellows/core/error.hpp"
+#include "bellows/core/gather_buffer.hpp"
+#include "bellows/core/philox.hpp"
+#include "bellows/core/shape.hpp"
+#include "bellows/core/traffic.hpp"
+#include "bellows/core/wire.hpp"
+#include "bellows/cpu/elementwise.hpp"
+#include "bellows/cpu/executor.hpp"
+#include "bellows/cpu/quantize.hpp"
+#include "bellows/feedback/error_feedback.hpp"
+
+namespace bellows {
+
+template <class Exec = cpu::executor>
+class qsgd {
+public:
+  /// One layer: step counter, optional error memory, and workspace (this rank's payload, the
+  /// gathered payloads, the compensated gradient when there is a memory).
+  struct state {
+    layer_info layer;
+    std::uint64_t step = 0;
+    error_memory memory;
+    std::vector<std::uint64_t> payload;  ///< 8-byte aligned storage of this rank's payload
+    gather_buffer gathered;
+    std::vector<float> compensated;      ///< m = g + e, when there is a memory
+  };
+
+  explicit qsgd(const qsgd_params& params = {}, Exec& exec = Exec::shared())
+      : params_(params), exec_(&exec) {
+    BELLOWS_EXPECTS(cpu::code_layout::valid_bits(params.bits), "qsgd: bits must be 2, 4 or 8, got ",
+                    params.bits);
+    BELLOWS_EXPECTS(params.bucket >= 1 && params.bucket < (std::size_t{1} << 24),
+                    "qsgd: bucket must be in [1, 2^24), got ", params.bucket);
+    BELLOWS_EXPECTS(params.norm == qsgd_norm::l2 || params.norm == qsgd_norm::max_abs,
+                    "qsgd: unknown norm ", static_cast<unsigned>(params.norm));
+  }
+
+  [[nodiscard]] const qsgd_params& params() const noexcept { return params_; }
+
+  [[nodiscard]] state make_state(const layer_info& layer) const {
+    BELLOWS_EXPECTS(layer.size() / 4 < (std::size_t{1} << 32), "qsgd: layer '", layer.name,
+                    "' of ", layer.size(), " elements overruns the 2^34 words of a Philox stream");
+    state st;
+    st.layer = layer;
+    st.memory = error_memory(params_.feedback, layer.size());
+    if (st.memory.enabled()) st.compensated.assign(layer.size(), 0.0f);
+    st.payload.assign((max_payload_bytes(st) + 7) / 8, 0);
+    return st;
+  }
+
+  [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allgather; }
+
+  template <Collective Coll>
+  reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
+    check_size(st, inout.size());
+    if (st.payload.size() * 8 < max_payload_bytes(st)) st.payload.resize((max_payload_bytes(st) + 7) / 8);
+    std::span<const float> m = inout;
+    if (st.memory.enabled()) {
+      add(*exec_, st.compensated, inout, st.memory.values());
+      m = st.compensated;
+    }
+    const std::span<std::byte> mine = encode(st, m, std::as_writable_bytes(std::span(st.payload)), coll.rank());
+    const step_status status = detail::gather_average(
+        *this, st, mine, inout, coll, st.gathered, [&](std::span<float> v) { fill(*exec_, v, 0.0f); },
+        [&](std::span<float> v, float d) { divide(*exec_, v, d); });
+    const traffic sent{mine.size(), layout(st).buckets() + st.layer.size(), st.layer.size()};
+    if (status != step_status::ok) return {status, sent};
+    if (st.memory.enabled()) {
+      // e = m - (this rank's decoded contribution)
+      const auto [scales, codes] = read(st, mine);
+      unpack_dequantize(*exec_, scales, codes, layout(st), st.memory.values(), false);
+      subtract(*exec_, st.memory.values(), m, st.memory.values());
+    }
+    ++st.step;
+    return {step_status::ok, sent};
+  }
+
+  [[nodiscard]] std::size_t max_payload_bytes(const state& st) const noexcept {
+    const cpu::code_layout l = layout(st);
+    return wire::header_bytes +
+           wire::padded(wire::array_end<std::uint8_t>(wire::array_end<float>(0, l.buckets()), l.code_bytes()));
+  }
+
+  [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in,
+                                            std::span<std::byte> out, std::size_t rank = 0) const {
+    check_size(st, in.size());
+    const cpu::code_layout l = layout(st);
+    wire::header h{};
+    h.codec = wire::codec::qsgd;
+    h.n = l.n;
+    h.count = l.buckets();
+    h.param = param();
+    wire::writer w(out, h);
+    const std::span<float> scales = w.array<float>(l.buckets());
+    const std::span<std::uint8_t> codes = w.array<std::uint8_t>(l.code_bytes());
+    const philox::stream rng{params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id,
+                             static_cast<std::uint32_t>(rank)};
+    const bool finite = quantize_pack(*exec_, in, l, params_.norm, rng, scales, codes);
+    const std::span<std::byte> payload = w.finish();
+    if (!finite) {  // the writer wrote the header when it finished: set the flag there
+      h.flags |= wire::flag::non_finite;
+      h.body_bytes = payload.size() - wire::header_bytes;
+      std::memcpy(payload.data(), &h, wire::header_bytes);
+    }
+    return payload;
+  }
+
+  [[nodiscard]] step_status validate(const state& st, std::span<const std::byte> payload) const {
+    const wire::reader r = checked(st, payload);
+    return (r.head().flags & wire::flag::non_finite) ? step_status::non_finite : step_status::ok;
+  }
+
+  [[nodiscard]] step_status decode_add(const state& st, std::span<const std::byte> payload,
+                                       std::span<float> acc) const {
+    check_size(st, acc.size());
+    if (validate(st, payload) == step_status::non_finite) return step_status::non_finite;
+    const auto [scales, codes] = read(st, payload);
+    unpack_dequantize(*exec_, scales, codes, layout(st), acc, true);
+    return step_status::ok;
+  }
+
+  /// Appends the step counter and the error memory (empty without one).
+  void save(const state& st, checkpoint_writer& out) const {
+    out.put(st.step);
+    out.put_array(st.memory.values());
+  }
+  /// Reads what save wrote for the same layer and configuration; checks before it changes anything.
+  void load(state& st, checkpoint_reader& in) const {
+    const auto step = in.get<std::uint64_t>("qsgd step");
+    std::vector<float> e(st.memory.values().size());
+    in.get_array(std::span<float>(e), "qsgd error memory");
+    std::ranges::copy(e, st.memory.values().begin());
+    st.step = step;
+  }
+
+private:
+  [[nodiscard]] cpu::code_layout layout(const state& st) const noexcept {
+    return {params_.bits, params_.bucket, st.layer.size()};
+  }
+  [[nodiscard]] std::uint32_t param() const noexcept {
+    return params_.bits | static_cast<std::uint32_t>(params_.bucket << 8);
+  }
+
+  /// Validates a payload completely (header against this layer and configuration, array sizes,
+  /// padding, the unused bits of the last code byte, and, unless flagged, every scale finite and
+  /// >= 0); raises wire_error naming what is wrong.
+  [[nodiscard]] wire::reader checked(const state& st, std::span<const std::byte> payload) const {
+    const cpu::code_layout l = layout(st);
+    wire::reader r(payload, wire::codec::qsgd);
+    const wire::header& h = r.head();
+    if (h.n != l.n || h.count != l.buckets() || h.param != param() || (h.flags & wire::flag::index64))
+      detail::fail<wire_error>("qsgd: payload for ", h.n, " elements in ", h.count, " buckets (param 0x",
+                               std::hex, h.param, std::dec, ") where layer '", st.layer.name, "' has ",
+                               l.n, " in ", l.buckets(), " (param 0x", std::hex, param(), ")");
+    const std::span<const float> scales = r.array<float>(h.count);
+    const std::span<const std::uint8_t> codes = r.array<std::uint8_t>(l.code_bytes());
+    r.finish();
+    if (const std::size_t used = l.n * l.bits % 8; used != 0 && (codes.back() >> used) != 0)
+      detail::fail<wire_error>("qsgd: unused bits of the last code byte are not zero");
+    if (!(h.flags & wire::flag::non_finite))
+      for (std::size_t b = 0; b < scales.size(); ++b)
+        if (!(scales[b] >= 0.0f && scales[b] <= std::numeric_limits<float>::max()))
+          detail::fail<wire_error>("qsgd: scale ", scales[b], " of bucket ", b,
+                                   " is not a finite number >= 0");
+    return r;
+  }
+
+  /// The scales and codes of a payload that `checked` accepted.
+  struct arrays {
+    std::span<const float> scales;
+    std::span<const std::uint8_t> codes;
+  };
+  [[nodiscard]] arrays read(const state& st, std::span<const std::byte> payload) const {
+    const cpu::code_layout l = layout(st);
+    wire::reader r(payload, wire::codec::qsgd);
+    const std::span<const float> scales = r.array<float>(l.buckets());
+    return {scales, r.array<std::uint8_t>(l.code_bytes())};
+  }
+
+  static void check_size(const state& st, std::size_t n) {
+    BELLOWS_EXPECTS(n == st.layer.size(), "qsgd: layer '", st.layer.name, "' of shape ",
+                    st.layer.shape.to_string(), " has ", st.layer.size(), " elements, the buffer ", n);
+  }
+
+  qsgd_params params_;
+  Exec* exec_;
+};
+
+static_assert(Compressor<qsgd<>, archetypes::collective>, "qsgd must model Compressor");
+static_assert(PayloadCodec<qsgd<>>, "qsgd must model PayloadCodec");
+
+}  // namespace bellows
