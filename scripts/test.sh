@@ -10,7 +10,7 @@ build=${BUILD_DIR:-$root/build/test}
 jobs=$(nproc)
 
 packages=(cmake ninja-build g++ clang doctest-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-          zlib1g-dev dataset-fashion-mnist)
+          zlib1g-dev dataset-fashion-mnist libcli11-dev nlohmann-json3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

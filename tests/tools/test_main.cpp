@@ -1,0 +1,313 @@
+// SPDX-License-Identifier: Apache-2.0
+// The bellows-bench command line, run as a user runs it: exit codes, messages, JSON, and the
+// figures of every method against the library called directly on the same data.
+#include <bellows/collectives/local.hpp>
+#include <bellows/compressors/identity.hpp>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../support/random.hpp"
+#include "bellows-bench/npy.hpp"
+
+namespace fs = std::filesystem;
+namespace npy = bellows::tool::npy;
+using json = nlohmann::json;
+
+namespace {
+
+/// A directory of its own for each test case, removed at the end.
+struct scratch {
+  fs::path dir = fs::temp_directory_path() /
+                 ("bellows_bench_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+  scratch() { fs::create_directories(dir); }
+  ~scratch() { fs::remove_all(dir); }
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+  [[nodiscard]] std::string operator/(const std::string& name) const { return (dir / name).string(); }
+};
+
+struct outcome {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// Runs bellows-bench with `args` (a shell fragment) and collects its exit code and output.
+outcome bench(const scratch& s, const std::string& args) {
+  const std::string cmd = std::string("'") + BELLOWS_BENCH + "' " + args + " >'" + (s / "stdout") + "' 2>'" +
+                          (s / "stderr") + "' </dev/null";
+  const int status = std::system(cmd.c_str());
+  outcome o;
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.out = slurp(s / "stdout");
+  o.err = slurp(s / "stderr");
+  return o;
+}
+
+void write_bytes(const std::string& path, const std::vector<std::byte>& bytes) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                              static_cast<std::streamsize>(bytes.size()));
+}
+
+/// A version 1.0 file with a header dict written by hand, for malformed cases.
+std::vector<std::byte> npy_with_header(std::string dict, std::size_t data_bytes) {
+  dict += '\n';
+  std::vector<std::byte> b(10 + dict.size() + data_bytes, std::byte{0});
+  std::memcpy(b.data(), "\x93NUMPY\x01\x00", 8);
+  b[8] = static_cast<std::byte>(dict.size() & 0xFF);
+  b[9] = static_cast<std::byte>(dict.size() >> 8);
+  std::memcpy(b.data() + 10, dict.data(), dict.size());
+  return b;
+}
+
+/// What the library gives when called directly: W ranks through the local collective, each
+/// holding gradient t of `grads` at step t, through one state per rank. Per step, rank 0's
+/// bytes and the relative error of its averaged result, computed here in double.
+struct direct_result {
+  std::vector<std::uint64_t> bytes;
+  std::vector<double> rel_error;
+  std::vector<float> last;
+};
+
+template <class Make>
+direct_result direct(const std::vector<std::vector<float>>& grads, const bellows::shape& shape, std::size_t workers,
+                     std::size_t steps, Make make) {
+  direct_result res;
+  bellows::cpu::executor exec(1);
+  bellows::collectives::local_group group(workers);
+  group.run([&](bellows::collectives::local& comm) {
+    auto c = make(exec);
+    auto st = c.make_state({0, "g", shape});
+    for (std::size_t t = 0; t < steps; ++t) {
+      const std::vector<float>& g = grads[t % grads.size()];
+      std::vector<float> buf = g;
+      const bellows::reduce_result r = c.reduce(st, buf, comm);
+      if (comm.rank() != 0) continue;
+      double diff = 0, norm = 0;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        diff += (double{g[i]} - buf[i]) * (double{g[i]} - buf[i]);
+        norm += double{g[i]} * g[i];
+      }
+      res.bytes.push_back(r.sent.bytes);
+      res.rel_error.push_back(std::sqrt(diff / norm));
+      res.last = buf;
+    }
+  });
+  return res;
+}
+
+/// Checks the tool's JSON figures for one method against the direct computation.
+void check_against(const json& m, const direct_result& d, std::size_t elements) {
+  double bytes = 0;
+  for (const std::uint64_t b : d.bytes) bytes += static_cast<double>(b);
+  bytes /= static_cast<double>(d.bytes.size());
+  CHECK(m["bytes_sent"].get<double>() == bytes);
+  CHECK(m["compression_ratio"].get<double>() == doctest::Approx(4.0 * static_cast<double>(elements) / bytes));
+  const auto per_step = m["rel_error_per_step"].get<std::vector<double>>();
+  REQUIRE(per_step.size() == d.rel_error.size());
+  for (std::size_t t = 0; t < per_step.size(); ++t) CHECK(per_step[t] == doctest::Approx(d.rel_error[t]).epsilon(1e-9));
+}
+
+const char* const usage = "usage: bellows-bench";
+
+}  // namespace
+
+TEST_CASE("cli: --help lists every method and exits 0; --version prints the version") {
+  scratch s;
+  const outcome help = bench(s, "--help");
+  CHECK(help.code == 0);
+  CHECK(help.out.find(usage) != std::string::npos);
+  for (const char* m : {"identity"}) CHECK(help.out.find(std::string("\n  ") + m + " ") != std::string::npos);
+  CHECK(help.out.find("Every rank holds the same gradient") != std::string::npos);
+  const outcome version = bench(s, "--version");
+  CHECK(version.code == 0);
+  CHECK(version.out.find('.') != std::string::npos);
+}
+
+TEST_CASE("cli: usage errors exit 2 with the message and the usage line") {
+  scratch s;
+  npy::write(s / "g.npy", bellows::shape{4, 5}, bellows::testing::normal_floats(20, 1));
+  const std::string g = "'" + (s / "g.npy") + "' ";
+  const std::pair<std::string, const char*> cases[] = {
+      {"", "no method"},
+      {g, "no method"},
+      {"--method identity", "no input"},
+      {g + "--method", "--method needs a NAME"},
+      {g + "--method nosuch", "unknown method 'nosuch'"},
+      {g + "--synthetic normal --shape 4x4 --method identity", "not both"},
+      {"--synthetic normal --method identity", "--synthetic needs --shape"},
+      {g + "--shape 4x4 --method identity", "--shape goes with --synthetic"},
+      {"--synthetic normal --shape 4x0 --method identity", "a dimension is 0"},
+      {"--synthetic gamma --shape 4 --method identity", "--synthetic"},
+      {g + "--method identity --steps 0", "--steps"},
+      {g + "--method identity --workers many", "--workers"},
+      {g + "--method identity --backend tpu", "--backend"},
+      {g + "--method identity --backend cuda", "not built with CUDA"},
+      {g + "--method identity --error-feedback sometimes", "--error-feedback"},
+      {g + "--method identity --bogus", "--bogus"},
+  };
+  for (const auto& [args, phrase] : cases) {
+    CAPTURE(args);
+    const outcome o = bench(s, args);
+    CHECK(o.code == 2);
+    CHECK(o.out.empty());
+    CHECK(o.err.find(phrase) != std::string::npos);
+    CHECK(o.err.find(usage) != std::string::npos);
+    if (o.err.find(phrase) == std::string::npos) MESSAGE(o.err);
+  }
+}
+
+TEST_CASE("cli: malformed and unusable input files exit 3 with a message naming the file and the problem") {
+  scratch s;
+  const std::string dict_end = "'fortran_order': False, 'shape': (2, 3), }";
+  write_bytes(s / "magic.npy", {std::byte{'P'}, std::byte{'K'}, std::byte{3}, std::byte{4}, std::byte{0},
+                                std::byte{0}, std::byte{0}, std::byte{0}, std::byte{0}, std::byte{0}});
+  write_bytes(s / "fortran.npy", npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24));
+  write_bytes(s / "dtype.npy", npy_with_header("{'descr': '<f8', " + dict_end, 48));
+  write_bytes(s / "truncated.npy", npy_with_header("{'descr': '<f4', " + dict_end, 23));
+  write_bytes(s / "overflow.npy",
+              npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967297), }", 24));
+  std::vector<float> with_nan = bellows::testing::normal_floats(6, 2);
+  with_nan[4] = std::nanf("");
+  npy::write(s / "nan.npy", bellows::shape{2, 3}, with_nan);
+  npy::write(s / "a.npy", bellows::shape{2, 3}, bellows::testing::normal_floats(6, 3));
+  npy::write(s / "b.npy", bellows::shape{3, 2}, bellows::testing::normal_floats(6, 4));
+  const std::pair<std::string, const char*> cases[] = {
+      {"magic.npy", "not an .npy file"},
+      {"fortran.npy", "Fortran order"},
+      {"dtype.npy", "unsupported dtype '<f8' (float64)"},
+      {"truncated.npy", "truncated: shape (2, 3) of float32 needs 24 data bytes, the file has 23"},
+      {"overflow.npy", "more elements than a size_t can count"},
+      {"missing.npy", "no such file"},
+      {"nan.npy", "element 4 is nan"},
+      {"a.npy' '" + (s / "b.npy"), "shape 3x2 differs from"},
+  };
+  for (const auto& [file, phrase] : cases) {
+    CAPTURE(file);
+    const outcome o = bench(s, "'" + (s / file) + "' --method identity");
+    CHECK(o.code == 3);
+    CHECK(o.err.rfind("bellows-bench: " + s.dir.string(), 0) == 0);
+    CHECK(o.err.find(phrase) != std::string::npos);
+    CHECK(o.err.find(usage) == std::string::npos);
+    if (o.err.find(phrase) == std::string::npos) MESSAGE(o.err);
+  }
+}
+
+TEST_CASE("cli: --json parses and holds every field of the table, the input and the configuration") {
+  scratch s;
+  npy::write(s / "g.npy", bellows::shape{8, 6}, bellows::testing::normal_floats(48, 5));
+  const outcome o = bench(s, "'" + (s / "g.npy") + "' --method identity --steps 3 --workers 2 --repeats 2 --json");
+  REQUIRE(o.code == 0);
+  const json doc = json::parse(o.out);
+  CHECK(doc["tool"] == "bellows-bench");
+  CHECK(doc["input"]["shape"] == json::array({8, 6}));
+  CHECK(doc["input"]["elements"] == 48);
+  CHECK(doc["input"]["bytes"] == 192);
+  CHECK(doc["input"]["gradients"][0]["source"] == s / "g.npy");
+  CHECK(doc["input"]["gradients"][0]["dtype"] == "float32");
+  const json& c = doc["config"];
+  CHECK(c["steps"] == 3);
+  CHECK(c["workers"] == 2);
+  CHECK(c["repeats"] == 2);
+  CHECK(c["backend"] == "cpu");
+  CHECK(c["threads"].get<int>() >= 1);
+  CHECK(c["seed"] == 0);
+  REQUIRE(doc["methods"].size() == 1);
+  const json& m = doc["methods"][0];
+  for (const char* key : {"name", "params", "bytes_sent", "compression_ratio", "values_sent", "kept", "rel_error",
+                          "cosine", "cumulative_rel_error", "seconds_per_call", "floor_seconds", "x_floor",
+                          "timed_calls", "non_finite_steps", "rel_error_per_step", "cosine_per_step"}) {
+    CAPTURE(key);
+    CHECK(m.contains(key));
+  }
+  CHECK(m["name"] == "identity");
+  CHECK(m["timed_calls"] == 2);  // max(steps, repeats + 1) - 1 warm-up
+  CHECK(m["rel_error_per_step"].size() == 3);
+  CHECK(m["seconds_per_call"].get<double>() > 0);
+  CHECK(m["x_floor"].get<double>() == doctest::Approx(m["seconds_per_call"].get<double>() /
+                                                      m["floor_seconds"].get<double>()));
+  CHECK(m["non_finite_steps"] == 0);
+}
+
+TEST_CASE("cli: the table names the input and each method, and the figures' meaning") {
+  scratch s;
+  const outcome o = bench(s, "--synthetic laplace --shape 16x16 --method identity --repeats 1");
+  REQUIRE(o.code == 0);
+  CHECK(o.out.find("input: synthetic laplace (seed 0) (float32); shape 16x16") == 0);
+  CHECK(o.out.find("\nmethod    parameters  bytes/step  ratio  rel err  cosine  ms/call  x_floor\n") !=
+        std::string::npos);
+  CHECK(o.out.find("\nidentity  -") != std::string::npos);
+  CHECK(o.out.find("cum err") == std::string::npos);  // one step: nothing accumulates
+  CHECK(o.err.empty());                               // no progress bar when stderr is a file
+}
+
+TEST_CASE("cli: identity round trip against the library, W = 1 and 3, several files as a sequence") {
+  scratch s;
+  const bellows::shape shape{12, 10};
+  std::vector<std::vector<float>> grads;
+  for (std::uint64_t f = 0; f < 2; ++f) {
+    grads.push_back(bellows::testing::normal_floats(shape.size(), 20 + f));
+    npy::write(s / ("g" + std::to_string(f) + ".npy"), shape, grads.back());
+  }
+  for (const std::size_t w : {1u, 3u}) {
+    CAPTURE(w);
+    const outcome o = bench(s, "'" + (s / "g0.npy") + "' '" + (s / "g1.npy") + "' --method identity --steps 3 --workers " +
+                                   std::to_string(w) + " --json --out '" + (s / "out.npy") + "'");
+    REQUIRE(o.code == 0);
+    const json m = json::parse(o.out)["methods"][0];
+    const direct_result d =
+        direct(grads, shape, w, 3, [](bellows::cpu::executor& e) { return bellows::identity<>(e); });
+    check_against(m, d, shape.size());
+    CHECK(m["out"] == s / "out.npy");
+    const npy::array written = npy::read(s / "out.npy");
+    CHECK(written.shape == shape);
+    CHECK(written.values == d.last);
+  }
+}
+
+TEST_CASE("cli: float16 input is measured on its exact float32 values") {
+  scratch s;
+  // float16 patterns: 1.0, -2.0, 0.5, the smallest subnormal, 65504, and 1 + 2^-10.
+  const std::uint16_t halves[] = {0x3C00, 0xC000, 0x3800, 0x0001, 0x7BFF, 0x3C01};
+  std::vector<std::byte> file = npy_with_header("{'descr': '<f2', 'fortran_order': False, 'shape': (3, 2), }", 12);
+  std::memcpy(file.data() + file.size() - 12, halves, 12);
+  write_bytes(s / "h.npy", file);
+  const outcome o = bench(s, "'" + (s / "h.npy") + "' --method identity --json --out '" + (s / "o.npy") + "'");
+  REQUIRE(o.code == 0);
+  CHECK(json::parse(o.out)["input"]["gradients"][0]["dtype"] == "float16");
+  CHECK(npy::read(s / "o.npy").values == std::vector<float>{1.0f, -2.0f, 0.5f, 0x1p-24f, 65504.0f, 1.0f + 0x1p-10f});
+}
+
+TEST_CASE("cli: --out with several methods writes one file per method; synthetic input is seeded") {
+  scratch s;
+  const std::string common = "--synthetic lognormal --shape 5x7 --repeats 1 --method identity --method identity";
+  REQUIRE(bench(s, common + " --seed 9 --out '" + (s / "a.npy") + "'").code == 0);
+  REQUIRE(bench(s, common + " --seed 9 --out '" + (s / "b.npy") + "'").code == 0);
+  REQUIRE(bench(s, common + " --seed 10 --out '" + (s / "c.npy") + "'").code == 0);
+  const auto a1 = npy::read(s / "a.1.identity.npy").values;
+  CHECK(a1 == npy::read(s / "a.2.identity.npy").values);
+  CHECK(a1 == npy::read(s / "b.1.identity.npy").values);
+  CHECK(a1 != npy::read(s / "c.1.identity.npy").values);
+}

@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: Apache-2.0
+// bellows-bench: what each compressor costs and how much it distorts a user's own gradients.
+//
+//   bellows-bench grad.npy --method topk --ratio 0.01 --method powersgd --rank 2 --steps 10
+//
+// Exit codes: 0 success, 1 another failure (writing --out, an internal error), 2 a usage error
+// (printed with the usage line), 3 an input file that cannot be used.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bellows-bench/input.hpp"
+#include "bellows-bench/measure.hpp"
+#include "bellows-bench/methods.hpp"
+#include "bellows-bench/npy.hpp"
+#include "bellows-bench/progress.hpp"
+#include "bellows-bench/report.hpp"
+#include "bellows-bench/synthetic.hpp"
+#include "bellows/core/error.hpp"
+#include "bellows/cpu/executor.hpp"
+
+namespace {
+
+using namespace bellows::tool;
+
+constexpr int exit_failure = 1;
+constexpr int exit_usage = 2;
+constexpr int exit_bad_input = 3;
+
+constexpr const char* usage_line =
+    "usage: bellows-bench (FILE.npy... | --synthetic DIST --shape AxB...) --method NAME [its options]\n"
+    "                     [--method NAME [its options]]... [options]";
+
+/// A command line that cannot be run; main prints it with the usage line and exits 2.
+class usage_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct method_group {
+  const method* m = nullptr;
+  method_args args;
+};
+
+struct options {
+  std::vector<std::string> files;
+  std::string synthetic;
+  std::string shape;
+  std::uint64_t seed = 0;
+  std::string feedback;
+  std::size_t steps = 0;  // 0: one step per input gradient
+  std::size_t workers = 1;
+  std::size_t repeats = 5;
+  std::string backend = "cpu";
+  unsigned threads = 0;
+  bool json = false;
+  std::string out;
+  std::vector<method_group> groups;
+};
+
+std::string method_names() {
+  std::string s;
+  for (const method& m : methods()) s += (s.empty() ? "" : ", ") + std::string(m.name);
+  return s;
+}
+
+/// CLI11's help with our usage line (its own cannot show the --method groups).
+class help_formatter : public CLI::Formatter {
+public:
+  std::string make_usage(const CLI::App*, std::string) const override { return std::string(usage_line) + "\n"; }
+};
+
+/// The methods and their options, for the end of --help.
+std::string methods_help() {
+  std::string s = "Methods (each --method NAME is followed by that method's options):\n";
+  for (const method& m : methods()) {
+    s += "  " + std::string(m.name) + std::string(10 - std::min<std::size_t>(m.name.size(), 9), ' ') +
+         std::string(m.summary) + "\n";
+    CLI::App sub;
+    sub.set_help_flag();
+    method_args defaults;
+    m.add_options(sub, defaults);
+    for (const CLI::Option* o : sub.get_options()) {
+      std::string line = "      " + o->get_name() + " " + o->get_type_name();
+      line += std::string(std::max<std::size_t>(28 - std::min<std::size_t>(line.size(), 27), 1), ' ');
+      line += o->get_description();
+      if (!o->get_default_str().empty()) line += " (default " + o->get_default_str() + ")";
+      s += line + "\n";
+    }
+  }
+  return s +
+         "\nEvery rank holds the same gradient, so the exact average is the input itself and all the error\n"
+         "is the compressor's. Exit codes: 0 done, 1 other failure, 2 usage error, 3 unusable input file.\n";
+}
+
+void add_global_options(CLI::App& app, options& o) {
+  app.add_option("files", o.files,
+                 ".npy files (float32 or float16, C order, any shape; the first axis is the rows of "
+                 "PowerSGD's matrix). Several files are a sequence: step t uses file t mod count");
+  app.add_option("--synthetic", o.synthetic, "a synthetic gradient instead of files")
+      ->check(CLI::IsMember({"normal", "laplace", "lognormal"}));
+  app.add_option("--shape", o.shape, "shape of the synthetic gradient, e.g. 4096x4096");
+  app.add_option("--seed", o.seed, "seed of the synthetic gradient and of the methods' random choices")
+      ->capture_default_str();
+  app.add_option("--error-feedback", o.feedback,
+                 "memory of what compression left out, for every method that has none of its own "
+                 "--error-feedback (default: each method's own, see below)")
+      ->check(CLI::IsMember({"residual", "none"}));
+  app.add_option("--steps", o.steps,
+                 "reduce calls whose traffic and error are measured, replaying the input gradients in "
+                 "order through the error memory (default: one per input gradient)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1000000}));
+  app.add_option("--workers", o.workers,
+                 "simulated ranks: threads of one process exchanging through bellows' local "
+                 "collective. Every rank holds the same gradient (the input at that step); bytes are "
+                 "one rank's")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1024}))
+      ->capture_default_str();
+  app.add_option("--repeats", o.repeats,
+                 "at least this many timed calls per method after one warm-up call; the time is their median")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1000000}))
+      ->capture_default_str();
+  app.add_option("--backend", o.backend, "where the compressors run")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads of the compressors' kernels (0: all cores)")
+      ->capture_default_str();
+  app.add_flag("--json", o.json, "print JSON instead of the table");
+  app.add_option("--out", o.out,
+                 "write the averaged result of the last step as a float32 .npy file; with several "
+                 "methods, FILE.npy becomes FILE.<position>.<method>.npy");
+}
+
+/// The global parser: options, help with the methods, version.
+void configure(CLI::App& app, options& o) {
+  app.formatter(std::make_shared<help_formatter>());
+  app.footer(methods_help());
+  app.set_version_flag("--version", BELLOWS_VERSION);
+  add_global_options(app, o);
+}
+
+/// Splits the command line into global arguments and `--method NAME ...` groups, parses each
+/// group's own options, and hands what a group does not know back to the global parser. Returns
+/// nothing when it printed --help or --version.
+std::optional<options> parse(int argc, char** argv) {
+  options o;
+  std::vector<std::string> global;
+  std::vector<std::vector<std::string>> group_args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    std::string name;
+    if (a == "--method") {
+      if (i + 1 == argc) throw usage_error("--method needs a NAME: " + method_names());
+      name = argv[++i];
+    } else if (a.rfind("--method=", 0) == 0) {
+      name = a.substr(9);
+    } else {
+      (group_args.empty() ? global : group_args.back()).push_back(a);
+      continue;
+    }
+    const method* m = find_method(name);
+    if (m == nullptr) throw usage_error("unknown method '" + name + "'; methods: " + method_names());
+    o.groups.push_back({m, {}});
+    group_args.emplace_back();
+  }
+  for (std::size_t g = 0; g < o.groups.size(); ++g) {
+    const std::string name(o.groups[g].m->name);
+    CLI::App sub{"", name};
+    sub.set_help_flag();
+    sub.allow_extras();
+    o.groups[g].m->add_options(sub, o.groups[g].args);
+    std::vector<std::string> reversed(group_args[g].rbegin(), group_args[g].rend());
+    try {
+      sub.parse(reversed);
+    } catch (const CLI::ParseError& e) {
+      throw usage_error("--method " + name + ": " + e.what());
+    }
+    for (const std::string& extra : sub.remaining()) global.push_back(extra);
+  }
+  CLI::App app{"Measures gradient compressors on your own gradients: bytes sent, error, time.", "bellows-bench"};
+  configure(app, o);
+  std::vector<std::string> reversed(global.rbegin(), global.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() != 0) throw usage_error(e.what());
+    (void)app.exit(e);  // prints --help or --version
+    return std::nullopt;
+  }
+  return o;
+}
+
+/// Checks what CLI11 cannot: combinations of options.
+void check_combinations(const options& o) {
+  if (o.backend == "cuda")
+    throw usage_error("--backend cuda: not built with CUDA; this bellows-bench has the cpu backend only");
+  if (o.groups.empty()) throw usage_error("no method: give at least one --method NAME (" + method_names() + ")");
+  if (o.files.empty() == o.synthetic.empty())
+    throw usage_error(o.files.empty() ? "no input: give .npy files or --synthetic DIST --shape AxB"
+                                      : "give either .npy files or --synthetic, not both");
+  if (!o.synthetic.empty() && o.shape.empty()) throw usage_error("--synthetic needs --shape, e.g. 4096x4096");
+  if (o.synthetic.empty() && !o.shape.empty()) throw usage_error("--shape goes with --synthetic");
+}
+
+gradient_set load_input(const options& o, bellows::cpu::executor& exec) {
+  if (!o.files.empty()) return load_files(o.files, exec);
+  bellows::shape shape;
+  try {
+    shape = parse_shape(o.shape);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+  const distribution d = o.synthetic == "laplace"     ? distribution::laplace
+                         : o.synthetic == "lognormal" ? distribution::lognormal
+                                                      : distribution::normal;
+  gradient_set set;
+  set.add("synthetic " + o.synthetic + " (seed " + std::to_string(o.seed) + ")", "float32", shape,
+          synthetic_gradient(d, shape.size(), o.seed, exec), exec);
+  return set;
+}
+
+std::string out_path(const options& o, std::size_t position) {
+  if (o.groups.size() == 1) return o.out;
+  const std::filesystem::path p(o.out);
+  return (p.parent_path() / (p.stem().string() + "." + std::to_string(position + 1) + "." +
+                             std::string(o.groups[position].m->name) + p.extension().string()))
+      .string();
+}
+
+int run(int argc, char** argv) {
+  std::optional<options> parsed = parse(argc, argv);
+  if (!parsed) return 0;
+  options& o = *parsed;
+  check_combinations(o);
+  bellows::cpu::executor exec(o.threads);
+  const gradient_set input = load_input(o, exec);
+
+  const std::string layer_name =
+      o.files.empty() ? "synthetic" : std::filesystem::path(o.files.front()).stem().string();
+  const bellows::layer_info layer{0, layer_name, input.shape};
+  for (method_group& g : o.groups) {
+    g.args.seed = o.seed;
+    if (g.args.feedback.empty()) g.args.feedback = o.feedback;
+    try {
+      g.m->check(g.args, layer, exec);
+    } catch (const bellows::error& e) {
+      throw usage_error("--method " + std::string(g.m->name) + ": " + e.what());
+    }
+  }
+
+  run_report report;
+  report.input = &input;
+  report.settings = {o.steps == 0 ? input.size() : o.steps, o.workers, o.repeats, !o.out.empty()};
+  report.backend = o.backend;
+  report.threads = exec.threads();
+  report.seed = o.seed;
+  progress bar(std::cerr, ::isatty(STDERR_FILENO) == 1, o.groups.size() * calls_per_method(report.settings));
+  for (const method_group& g : o.groups) {
+    bar.label(std::string(g.m->name));
+    report.methods.push_back({std::string(g.m->name), g.m->params(g.args),
+                              g.m->run(g.args, {input, layer, report.settings, exec, bar}), {}});
+  }
+  bar.finish();
+
+  if (!o.out.empty()) {
+    for (std::size_t i = 0; i < report.methods.size(); ++i) {
+      method_report& m = report.methods[i];
+      m.out_path = out_path(o, i);
+      try {
+        npy::write(m.out_path, input.shape, m.result.output);
+      } catch (const bellows::error& e) {
+        std::cerr << "bellows-bench: --out " << m.out_path << ": " << e.what() << '\n';
+        return exit_failure;
+      }
+    }
+  }
+  if (o.json)
+    std::cout << to_json(report).dump(2) << '\n';
+  else
+    print_table(std::cout, report);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const usage_error& e) {
+    std::cerr << "bellows-bench: " << e.what() << '\n' << usage_line << "\nRun with --help for more.\n";
+    return exit_usage;
+  } catch (const npy::format_error& e) {
+    std::cerr << "bellows-bench: " << e.what() << '\n';
+    return exit_bad_input;
+  } catch (const input_error& e) {
+    std::cerr << "bellows-bench: " << e.what() << '\n';
+    return exit_bad_input;
+  } catch (const std::exception& e) {
+    std::cerr << "bellows-bench: " << e.what() << '\n';
+    return exit_failure;
+  }
+}
