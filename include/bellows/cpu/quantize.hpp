@@ -17,10 +17,12 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 #include "bellows/core/error.hpp"
@@ -62,6 +64,7 @@ inline void philox_blocks(const philox::stream& s, std::uint32_t first, std::uin
     w[2][l] = s.layer;
     w[3][l] = s.rank;
   }
+  _Pragma("GCC unroll 10")
   for (int round = 0; round < 10; ++round) {
     if (round > 0) {
       k0 += philox::detail::weyl0;
@@ -119,19 +122,30 @@ struct block_span {
 }
 
 /// Codes of elements [i0, i0 + code_block) of one bucket (i0 a multiple of code_block), packed.
+/// Each step is a loop of independent lanes: the uniforms put in element order, the codes, and
+/// the packing, so that the compiler vectorises all three.
 template <unsigned Bits>
 inline void quantize_block(const float* v, std::size_t i0, float inv, std::int32_t s,
                            const philox::stream& rng, std::uint8_t* codes) noexcept {
-  std::uint32_t w[4][code_block / 4];
+  constexpr std::size_t blocks = code_block / 4;
+  std::uint32_t w[4][blocks];
   philox_blocks(rng, static_cast<std::uint32_t>(i0 / 4), w);
+  std::uint32_t word[code_block];  // in element order
+  for (std::size_t l = 0; l < blocks; ++l)
+    for (std::size_t k = 0; k < 4; ++k) word[4 * l + k] = w[k][l];
   std::uint32_t c[code_block];
-  for (std::size_t t = 0; t < code_block; ++t)
-    c[t] = code_of(v[t], inv, philox::to_uniform(w[t % 4][t / 4]), s, Bits);
+  for (std::size_t t = 0; t < code_block; ++t) {
+    // philox::to_uniform, with the conversion from a signed integer (exact: below 2^24) that
+    // vector units provide
+    const float u = static_cast<float>(static_cast<std::int32_t>(word[t] >> 8)) * 0x1p-24f;
+    c[t] = code_of(v[t], inv, u, s, Bits);
+  }
   constexpr std::size_t per_byte = 8 / Bits;
+  std::uint8_t* out = codes + i0 * Bits / 8;
   for (std::size_t b = 0; b < code_block / per_byte; ++b) {
     std::uint32_t byte = 0;
     for (std::size_t k = 0; k < per_byte; ++k) byte |= c[b * per_byte + k] << (k * Bits);
-    codes[(i0 + b * per_byte) * Bits / 8] = static_cast<std::uint8_t>(byte);
+    out[b] = static_cast<std::uint8_t>(byte);
   }
 }
 
@@ -190,15 +204,38 @@ inline void store(float* out, float value) noexcept {
     *out = value;
 }
 
-/// Writes (or adds) the decoded values of elements [i0, i0 + code_block) of one bucket.
+/// For codes narrower than a byte: the signed levels of the codes a byte holds, in element
+/// order, for each of the 256 bytes (a byte's values are then one load and one multiply).
+template <unsigned Bits>
+[[nodiscard]] inline const std::array<float, 256 * (8 / Bits)>& signed_levels_by_byte() noexcept {
+  static const auto table = [] {
+    constexpr std::size_t per_byte = 8 / Bits;
+    std::array<float, 256 * per_byte> t{};
+    for (std::uint32_t byte = 0; byte < 256; ++byte)
+      for (std::size_t k = 0; k < per_byte; ++k)
+        t[byte * per_byte + k] = decode_code<Bits>((byte >> (k * Bits)) & ((1u << Bits) - 1), 1.0f);
+    return t;
+  }();
+  return table;
+}
+
+/// Writes (or adds) the decoded values of elements [i0, i0 + code_block) of one bucket. Both
+/// forms give decode_code's bits: (+-level) * step is +-(level * step) exactly.
 template <unsigned Bits, bool Add>
 inline void dequantize_block(const std::uint8_t* codes, std::size_t i0, float step, float* out) noexcept {
-  constexpr std::uint32_t mask = (1u << Bits) - 1;
-  constexpr std::size_t per_byte = 8 / Bits;
-  const std::uint8_t* bytes = codes + i0 * Bits / 8;
-  for (std::size_t t = 0; t < code_block; ++t) {
-    const std::uint32_t c = (std::uint32_t{bytes[t / per_byte]} >> ((t % per_byte) * Bits)) & mask;
-    store<Add>(out + t, decode_code<Bits>(c, step));
+  // A local copy: stores to `out` could otherwise alias the code bytes, which would keep the
+  // compiler from vectorising.
+  std::uint8_t bytes[code_block * Bits / 8];
+  std::memcpy(bytes, codes + i0 * Bits / 8, sizeof(bytes));
+  if constexpr (Bits == 8) {
+    for (std::size_t t = 0; t < code_block; ++t) store<Add>(out + t, decode_code<8>(bytes[t], step));
+  } else {
+    constexpr std::size_t per_byte = 8 / Bits;
+    const float* table = signed_levels_by_byte<Bits>().data();
+    for (std::size_t b = 0; b < code_block / per_byte; ++b) {
+      const float* levels = table + std::size_t{bytes[b]} * per_byte;
+      for (std::size_t k = 0; k < per_byte; ++k) store<Add>(out + b * per_byte + k, levels[k] * step);
+    }
   }
 }
 

@@ -16,11 +16,18 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "bellows/core/error.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
+
+#if defined(__GNUC__)
+#define BELLOWS_PREFETCH(address) __builtin_prefetch(address)
+#else
+#define BELLOWS_PREFETCH(address) ((void)(address))
+#endif
 
 namespace bellows::cpu {
 
@@ -40,6 +47,10 @@ struct compensated_matrix {
 
 namespace detail {
 
+/// How far ahead (in floats) the row kernels ask for the lines of g and e they will read: the
+/// hardware prefetcher alone falls behind while the core is busy with the products.
+inline constexpr std::size_t prefetch_distance = 512;
+
 /// Ranks handled together by the row kernels: the accumulators of one row and four columns of
 /// a factor fit in the sixteen vector registers of the baseline x86-64 target.
 inline constexpr std::size_t rank_block = 4;
@@ -56,6 +67,19 @@ inline constexpr std::size_t rank_block = 4;
 }
 
 /// x[l] = g[l] + e[l] for one lane block (or g[l] alone).
+/// p + offset floats, as an integer computation (for prefetch addresses only).
+[[nodiscard]] inline const float* shifted(const float* p, std::size_t offset) noexcept {
+  return reinterpret_cast<const float*>(reinterpret_cast<std::uintptr_t>(p) + offset * sizeof(float));
+}
+
+/// Asks for the lines `prefetch_distance` floats past g and e. The address is computed as an
+/// integer: it may lie past the end of the matrix, where a prefetch is harmless.
+template <bool Memory>
+inline void prefetch_lanes(const float* g, const float* e) noexcept {
+  BELLOWS_PREFETCH(shifted(g, prefetch_distance));
+  if constexpr (Memory) BELLOWS_PREFETCH(shifted(e, prefetch_distance));
+}
+
 template <bool Memory>
 inline void load_lanes(const float* g, const float* e, float* x) noexcept {
   for (std::size_t l = 0; l < lane_width; ++l) x[l] = Memory ? g[l] + e[l] : g[l];
@@ -74,8 +98,9 @@ void dot_row(const float* g, const float* e, const float* q, std::size_t ldq, st
   const std::size_t body = m / lane_width * lane_width;
   for (std::size_t j = 0; j < body; j += lane_width) {
     float x[lane_width];
+    prefetch_lanes<Memory>(g + j, e + j);
     load_lanes<Memory>(g + j, e + j, x);
-_Pragma("GCC unroll 8")
+    _Pragma("GCC unroll 8")
     for (std::size_t k = 0; k < K; ++k)
       for (std::size_t l = 0; l < lane_width; ++l) acc[k][l] += x[l] * q[k * ldq + j + l];
   }
@@ -123,11 +148,17 @@ void axpy_rows(const compensated_matrix& M, std::size_t i, const float* p, std::
     e[r] = Memory ? M.e.data() + (i + r) * m : nullptr;
     for (std::size_t k = 0; k < K; ++k) pk[k][r] = p[k * n + i + r];
   }
+  // The panel is a column strip: ask for the same columns R rows further down (prefetch_lanes
+  // adds prefetch_distance; take it back), or nothing past the last rows.
+  const std::size_t ahead = i + 2 * R <= M.rows ? R * m - prefetch_distance : 0;
   const std::size_t body = j0 + (j1 - j0) / lane_width * lane_width;
   for (std::size_t j = j0; j < body; j += lane_width) {
     float x[R][lane_width];
     _Pragma("GCC unroll 8")
-    for (std::size_t r = 0; r < R; ++r) load_lanes<Memory>(g[r] + j, Memory ? e[r] + j : nullptr, x[r]);
+    for (std::size_t r = 0; r < R; ++r) {
+      prefetch_lanes<Memory>(shifted(g[r] + j, ahead), Memory ? shifted(e[r] + j, ahead) : nullptr);
+      load_lanes<Memory>(g[r] + j, Memory ? e[r] + j : nullptr, x[r]);
+    }
     _Pragma("GCC unroll 8")
     for (std::size_t k = 0; k < K; ++k) {
       float* qk = q + k * m + j;
@@ -186,6 +217,7 @@ void reconstruct_row(float* g, float* e, const float* p, std::size_t n, const fl
     for (std::size_t l = 0; l < lane_width; ++l) o[l] = p[0] * q[j + l];
     for (std::size_t k = 1; k < rank; ++k)
       for (std::size_t l = 0; l < lane_width; ++l) o[l] += p[k * n] * q[k * m + j + l];
+    prefetch_lanes<Memory>(g + j, e + j);
     if constexpr (Memory) {
       float x[lane_width];
       load_lanes<true>(g + j, e + j, x);
