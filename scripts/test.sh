@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs what is missing (Debian 12 packages), configures, builds and runs every test.
-# CUDA code is compiled when nvcc exists (its tests skip without a GPU). Exits non-zero on any
-# failure. Usage: scripts/test.sh   (BUILD_DIR=... to build elsewhere; default build/test)
+# Installs what is missing (Debian 12 packages), configures, builds and runs every test, then
+# the CPU tests again under AddressSanitizer + UndefinedBehaviorSanitizer, the threaded tests
+# (collectives, executor, synchronizer) under ThreadSanitizer, and a short fuzzing run of every
+# decoder of untrusted bytes. CUDA code is compiled when nvcc exists (its tests skip without a
+# GPU). Exits non-zero on any failure; prints each stage's time.
+# Usage: scripts/test.sh   BUILD_DIR=... to build elsewhere (default build/test);
+#        BELLOWS_QUICK=1 runs the main stage only; FUZZ_SECONDS=N per target (default 20).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build/test}
 jobs=$(nproc)
 
-packages=(cmake ninja-build g++ clang doctest-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-          zlib1g-dev dataset-fashion-mnist libcli11-dev nlohmann-json3-dev)
+packages=(cmake ninja-build g++ clang libclang-rt-14-dev doctest-dev libbenchmark-dev
+          libopenmpi-dev openmpi-bin zlib1g-dev dataset-fashion-mnist libcli11-dev nlohmann-json3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -33,10 +37,40 @@ else
   echo "== CUDA: no nvcc, CUDA code not built"
 fi
 
-echo "== configure ($build)"
+stage() { echo "== $1 ($(( $(date +%s) - start ))s so far)"; }
+start=$(date +%s)
+
+stage "configure ($build)"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DBELLOWS_WARNINGS_AS_ERRORS=ON -DBELLOWS_ENABLE_MPI=ON "${cuda_args[@]}"
-echo "== build"
+stage "build"
 cmake --build "$build" -j "$jobs"
-echo "== test"
+stage "test"
 ctest --test-dir "$build" -j "$jobs" --output-on-failure
+
+if [ -n "${BELLOWS_QUICK:-}" ]; then
+  stage "done (BELLOWS_QUICK: sanitizers and fuzzing skipped)"
+  exit 0
+fi
+
+sanitize() {  # name, flags, ctest regex
+  local dir="$root/build/$1"
+  stage "$1: configure and build"
+  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBELLOWS_BUILD_BENCHMARKS=OFF \
+    -DBELLOWS_BUILD_EXAMPLES=OFF "-DCMAKE_CXX_FLAGS=$2 -fno-omit-frame-pointer" >/dev/null
+  local targets
+  # MPI tests stay out: Open MPI's own allocations would read as leaks.
+  targets=$(ctest --test-dir "$dir" -N -LE "packaging|mpi" -R "$3" | sed -n 's/^ *Test *#[0-9]*: //p')
+  # shellcheck disable=SC2086
+  cmake --build "$dir" -j "$jobs" --target $targets
+  stage "$1: test"
+  ctest --test-dir "$dir" -j "$jobs" --output-on-failure -LE "packaging|mpi" -R "$3"
+}
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+sanitize asan "-fsanitize=address,undefined -fno-sanitize-recover=all" "^test_"
+sanitize tsan "-fsanitize=thread" "^test_(collectives|cpu_executor|sync|regime)"
+
+stage "fuzz (${FUZZ_SECONDS:-20}s per target)"
+"$root/scripts/fuzz.sh" "${FUZZ_SECONDS:-20}"
+stage "done"
