@@ -3,6 +3,8 @@
 // figures of every method against the library called directly on the same data.
 #include <bellows/collectives/local.hpp>
 #include <bellows/compressors/identity.hpp>
+#include <bellows/compressors/powersgd.hpp>
+#include <bellows/compressors/qsgd.hpp>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -16,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -139,7 +142,7 @@ TEST_CASE("cli: --help lists every method and exits 0; --version prints the vers
   const outcome help = bench(s, "--help");
   CHECK(help.code == 0);
   CHECK(help.out.find(usage) != std::string::npos);
-  for (const char* m : {"identity"}) CHECK(help.out.find(std::string("\n  ") + m + " ") != std::string::npos);
+  for (const char* m : {"identity", "powersgd", "qsgd"}) CHECK(help.out.find(std::string("\n  ") + m + " ") != std::string::npos);
   CHECK(help.out.find("Every rank holds the same gradient") != std::string::npos);
   const outcome version = bench(s, "--version");
   CHECK(version.code == 0);
@@ -256,8 +259,12 @@ TEST_CASE("cli: the table names the input and each method, and the figures' mean
   const outcome o = bench(s, "--synthetic laplace --shape 16x16 --method identity --repeats 1");
   REQUIRE(o.code == 0);
   CHECK(o.out.find("input: synthetic laplace (seed 0) (float32); shape 16x16") == 0);
-  CHECK(o.out.find("\nmethod    parameters  bytes/step  ratio  rel err  cosine  ms/call  x_floor\n") !=
-        std::string::npos);
+  const std::size_t header = o.out.find("\nmethod ");
+  REQUIRE(header != std::string::npos);
+  std::istringstream words(o.out.substr(header + 1, o.out.find('\n', header + 1) - header - 1));
+  const std::vector<std::string> columns{std::istream_iterator<std::string>(words), {}};
+  CHECK(columns == std::vector<std::string>{"method", "parameters", "bytes/step", "ratio", "rel", "err", "cosine",
+                                            "ms/call", "x_floor"});
   CHECK(o.out.find("\nidentity  -") != std::string::npos);
   CHECK(o.out.find("cum err") == std::string::npos);  // one step: nothing accumulates
   CHECK(o.err.empty());                               // no progress bar when stderr is a file
@@ -310,4 +317,91 @@ TEST_CASE("cli: --out with several methods writes one file per method; synthetic
   CHECK(a1 == npy::read(s / "a.2.identity.npy").values);
   CHECK(a1 == npy::read(s / "b.1.identity.npy").values);
   CHECK(a1 != npy::read(s / "c.1.identity.npy").values);
+}
+
+TEST_CASE("cli: powersgd round trip against the library, with and without error feedback") {
+  scratch s;
+  const bellows::shape shape{24, 4, 5};  // rows 24, columns 20: compressed at rank 2
+  std::vector<std::vector<float>> grads;
+  for (std::uint64_t f = 0; f < 2; ++f) {
+    grads.push_back(bellows::testing::normal_floats(shape.size(), 30 + f));
+    npy::write(s / ("g" + std::to_string(f) + ".npy"), shape, grads.back());
+  }
+  const std::string files = "'" + (s / "g0.npy") + "' '" + (s / "g1.npy") + "' ";
+  for (const std::size_t w : {1u, 2u}) {
+    CAPTURE(w);
+    const outcome o = bench(s, files + "--steps 3 --seed 5 --json --workers " + std::to_string(w) +
+                                   " --method powersgd --rank 2 --method powersgd --rank 3 --error-feedback none");
+    REQUIRE(o.code == 0);
+    const json doc = json::parse(o.out);
+    const json& with = doc["methods"][0];
+    const json& without = doc["methods"][1];
+    CHECK(with["params"] == json{{"rank", 2}, {"error_feedback", "residual"}});
+    CHECK(without["params"] == json{{"rank", 3}, {"error_feedback", "none"}});
+    CHECK(with["compressed"] == true);
+    check_against(with, direct(grads, shape, w, 3, [](bellows::cpu::executor& e) {
+                    return bellows::powersgd<>({.rank = 2, .seed = 5}, e);
+                  }), shape.size());
+    check_against(without, direct(grads, shape, w, 3, [](bellows::cpu::executor& e) {
+                    return bellows::powersgd<>({.rank = 3, .feedback = bellows::feedback::none, .seed = 5}, e);
+                  }), shape.size());
+  }
+}
+
+TEST_CASE("cli: powersgd leaves a small matrix uncompressed, and says so") {
+  scratch s;
+  npy::write(s / "g.npy", bellows::shape{3, 4}, bellows::testing::normal_floats(12, 1));
+  const outcome table = bench(s, "'" + (s / "g.npy") + "' --repeats 1 --method powersgd --rank 2");
+  REQUIRE(table.code == 0);
+  CHECK(table.out.find("note: powersgd leaves a tensor of this shape uncompressed") != std::string::npos);
+  const outcome o = bench(s, "'" + (s / "g.npy") + "' --repeats 1 --json --method powersgd --rank 2");
+  REQUIRE(o.code == 0);
+  const json m = json::parse(o.out)["methods"][0];
+  CHECK(m["compressed"] == false);
+  CHECK(m["rel_error"] == 0.0);
+}
+
+TEST_CASE("cli: qsgd round trip against the library, W = 1 and 3, with the global --error-feedback") {
+  scratch s;
+  const bellows::shape shape{300};
+  const std::vector<std::vector<float>> grads{bellows::testing::normal_floats(shape.size(), 40)};
+  npy::write(s / "g.npy", shape, grads[0]);
+  for (const std::size_t w : {1u, 3u}) {
+    CAPTURE(w);
+    const outcome o = bench(s, "'" + (s / "g.npy") + "' --steps 2 --json --error-feedback residual --workers " +
+                                   std::to_string(w) + " --method qsgd --bits 4 --bucket 64 --method qsgd --bits 2 "
+                                   "--bucket 50 --norm max-abs --error-feedback none");
+    REQUIRE(o.code == 0);
+    const json doc = json::parse(o.out);
+    CHECK(doc["methods"][0]["params"] ==
+          json{{"bits", 4}, {"bucket", 64}, {"norm", "l2"}, {"error_feedback", "residual"}});
+    check_against(doc["methods"][0], direct(grads, shape, w, 2, [](bellows::cpu::executor& e) {
+                    return bellows::qsgd<>({.bits = 4, .bucket = 64, .feedback = bellows::feedback::residual}, e);
+                  }), shape.size());
+    check_against(doc["methods"][1], direct(grads, shape, w, 2, [](bellows::cpu::executor& e) {
+                    return bellows::qsgd<>({.bits = 2, .bucket = 50, .norm = bellows::qsgd_norm::max_abs}, e);
+                  }), shape.size());
+  }
+}
+
+TEST_CASE("cli: a method's bad configuration is a usage error naming the method and the value") {
+  scratch s;
+  npy::write(s / "g.npy", bellows::shape{8, 8}, bellows::testing::normal_floats(64, 1));
+  const std::string g = "'" + (s / "g.npy") + "' ";
+  const std::pair<std::string, const char*> cases[] = {
+      {g + "--method powersgd --rank 0", "--method powersgd: powersgd: rank must be >= 1, got 0"},
+      {g + "--method qsgd --bits 3", "--method qsgd: qsgd: bits must be 2, 4 or 8, got 3"},
+      {g + "--method qsgd --bucket 0", "bucket must be in [1, 2^24), got 0"},
+      {g + "--method qsgd --norm l1", "--norm"},
+      {g + "--method powersgd --rank two", "--method powersgd: Could not convert: --rank = two"},
+      {g + "--ratio 0.1 --method powersgd", "--ratio"},
+  };
+  for (const auto& [args, phrase] : cases) {
+    CAPTURE(args);
+    const outcome o = bench(s, args);
+    CHECK(o.code == 2);
+    CHECK(o.err.find(phrase) != std::string::npos);
+    CHECK(o.err.find(usage) != std::string::npos);
+    if (o.err.find(phrase) == std::string::npos) MESSAGE(o.err);
+  }
 }

@@ -14,15 +14,23 @@
 
 #include "bellows-bench/measure.hpp"
 #include "bellows/compressors/identity.hpp"
+#include "bellows/compressors/powersgd.hpp"
+#include "bellows/compressors/qsgd.hpp"
+#include "bellows/feedback/error_feedback.hpp"
 #include "bellows/core/shape.hpp"
 #include "bellows/cpu/executor.hpp"
 
 namespace bellows::tool {
 
 /// The parameters of one `--method NAME ...` group; each method reads the fields it has options for.
+/// Defaults are the library's own.
 struct method_args {
   std::string feedback;     ///< "residual", "none", or empty for the method's own default
   std::uint64_t seed = 0;   ///< keys the method's random choices (the global --seed)
+  std::size_t rank = powersgd_params{}.rank;
+  unsigned bits = qsgd_params{}.bits;
+  std::size_t bucket = qsgd_params{}.bucket;
+  std::string norm = "l2";
 };
 
 /// One measurable method.
@@ -47,6 +55,18 @@ method_result run_with(const method_args& a, const run_request& req) {
   return tool::measure(req, [&](cpu::executor& e) { return Make{}(a, e); });
 }
 
+/// The memory a method runs with: --error-feedback if given, else the method's default.
+[[nodiscard]] inline bellows::feedback feedback_or(const method_args& a, bellows::feedback fallback) {
+  return a.feedback.empty() ? fallback : a.feedback == "none" ? bellows::feedback::none : bellows::feedback::residual;
+}
+
+/// The --error-feedback option of a method whose default memory is `fallback`.
+inline void add_feedback(CLI::App& app, method_args& a, bellows::feedback fallback) {
+  app.add_option("--error-feedback", a.feedback,
+                 "memory of what compression left out (default " + std::string(to_string(fallback)) + ")")
+      ->check(CLI::IsMember({"residual", "none"}));
+}
+
 template <class Options, class Params, class Make>
 constexpr method entry(std::string_view name, std::string_view summary, Options, Params, Make) {
   return {name, summary, +Options{}, +Params{}, &check_with<Make>, &run_with<Make>};
@@ -61,6 +81,44 @@ constexpr method entry(std::string_view name, std::string_view summary, Options,
           "identity", "plain averaging by allreduce: the uncompressed baseline",
           [](CLI::App&, method_args&) {}, [](const method_args&) { return nlohmann::ordered_json::object(); },
           [](const method_args&, cpu::executor& e) { return bellows::identity<>(e); }),
+      detail::entry(
+          "powersgd", "rank-r factors P, Q of the n x m matrix (n = first axis); two allreduces",
+          [](CLI::App& app, method_args& a) {
+            app.add_option("--rank", a.rank, "columns of the factors")->capture_default_str();
+            detail::add_feedback(app, a, powersgd_params{}.feedback);
+          },
+          [](const method_args& a) {
+            return nlohmann::ordered_json{
+                {"rank", a.rank},
+                {"error_feedback", to_string(detail::feedback_or(a, powersgd_params{}.feedback))}};
+          },
+          [](const method_args& a, cpu::executor& e) {
+            return bellows::powersgd<>(
+                {.rank = a.rank, .feedback = detail::feedback_or(a, powersgd_params{}.feedback), .seed = a.seed}, e);
+          }),
+      detail::entry(
+          "qsgd", "stochastic rounding to 2^(bits-1) - 1 levels per bucket scale; allgather",
+          [](CLI::App& app, method_args& a) {
+            app.add_option("--bits", a.bits, "bits per element: 2, 4 or 8")->capture_default_str();
+            app.add_option("--bucket", a.bucket, "elements per bucket (one float scale each)")->capture_default_str();
+            app.add_option("--norm", a.norm, "bucket scale: l2 or max-abs")
+                ->check(CLI::IsMember({"l2", "max-abs"}))
+                ->capture_default_str();
+            detail::add_feedback(app, a, qsgd_params{}.feedback);
+          },
+          [](const method_args& a) {
+            return nlohmann::ordered_json{
+                {"bits", a.bits}, {"bucket", a.bucket}, {"norm", a.norm},
+                {"error_feedback", to_string(detail::feedback_or(a, qsgd_params{}.feedback))}};
+          },
+          [](const method_args& a, cpu::executor& e) {
+            return bellows::qsgd<>({.bits = a.bits,
+                                    .bucket = a.bucket,
+                                    .norm = a.norm == "max-abs" ? qsgd_norm::max_abs : qsgd_norm::l2,
+                                    .seed = a.seed,
+                                    .feedback = detail::feedback_or(a, qsgd_params{}.feedback)},
+                                   e);
+          }),
   };
   return all;
 }

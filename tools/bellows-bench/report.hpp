@@ -128,13 +128,15 @@ namespace detail {
 [[nodiscard]] inline std::string params_text(const nlohmann::ordered_json& params) {
   std::string s;
   for (const auto& [key, value] : params.items())
-    s += (s.empty() ? "" : " ") + key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
+    s += (s.empty() ? "" : " ") + (key == "error_feedback" ? std::string("ef") : key) + "=" +
+         (value.is_string() ? value.get<std::string>() : value.dump());
   return s.empty() ? "-" : s;
 }
 
 }  // namespace detail
 
-/// The human table: one row per method, and a line that says what was measured.
+/// The human table: one row per method (parameters as key=value, error_feedback shortened to ef),
+/// and lines that say what was measured.
 inline void print_table(std::ostream& out, const run_report& run) {
   const gradient_set& in = *run.input;
   const run_settings& s = run.settings;
@@ -172,6 +174,7 @@ inline void print_table(std::ostream& out, const run_report& run) {
     out << '\n';
   }
   out << "\nbytes/step: what one rank hands to the collective per step; ratio: 4 n bytes over that;\n"
+         "ef: error feedback; "
          "rel err: ||g - C(g)|| / ||g||, mean over steps";
   if (cumulative) out << "; cum err: ||sum g - sum C(g)|| / ||sum g|| over all steps";
   out << ";\nx_floor: time per call over one single-threaded streaming read of the input ("
