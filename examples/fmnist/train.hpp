@@ -139,14 +139,18 @@ struct ignore_epoch {
 
 namespace detail {
 
-/// pixel value -> standardised input, with the mean and deviation of the training pixels.
-[[nodiscard]] inline std::vector<float> pixel_table(const split& train) {
+/// pixel value -> standardised input, with the mean and deviation of the pixels of the first
+/// `images` training images (those the run trains on).
+[[nodiscard]] inline std::vector<float> pixel_table(const split& train, std::size_t images) {
+  std::vector<std::uint64_t> histogram(256, 0);
+  for (std::size_t i = 0; i < images * image_size; ++i) ++histogram[train.images[i]];
   double sum = 0, squares = 0;
-  for (const std::uint8_t p : train.images) {
-    sum += p;
-    squares += static_cast<double>(p) * p;
+  for (std::size_t p = 0; p < histogram.size(); ++p) {
+    const auto count = static_cast<double>(histogram[p]), value = static_cast<double>(p);
+    sum += count * value;
+    squares += count * value * value;
   }
-  const double n = static_cast<double>(train.images.size());
+  const double n = static_cast<double>(images * image_size);
   const double mean = sum / n, variance = squares / n - mean * mean;
   const double deviation = variance > 0 ? std::sqrt(variance) : 1.0;  // constant images: centre only
   std::vector<float> table(256);
@@ -187,8 +191,8 @@ template <class MakeAveraging, class OnEpoch = ignore_epoch>
 train_result train(const dataset& data, const train_options& options, MakeAveraging make_averaging,
                    OnEpoch on_epoch = {}) {
   options.validate(data);
-  const std::vector<float> table = detail::pixel_table(data.train);
   const std::size_t train_count = options.train_images(data), test_count = options.test_images(data);
+  const std::vector<float> table = detail::pixel_table(data.train, train_count);
   const std::size_t batch = options.batch;
   train_result result;
   bellows::collectives::local_group group(options.workers);

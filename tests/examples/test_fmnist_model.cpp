@@ -79,8 +79,8 @@ TEST_CASE("fmnist mlp: gradients match central finite differences (double)") {
   for (std::size_t id = 0; id < m.layers().size(); ++id) {
     const std::span<double> p = m.parameter(id);
     CAPTURE(m.layers()[id].name);
-    for (int probe = 0; probe < 40; ++probe) {
-      const std::size_t i = p.size() <= 40 ? static_cast<std::size_t>(probe) % p.size() : rng() % p.size();
+    for (int probe = 0; probe < 16; ++probe) {
+      const std::size_t i = p.size() <= 16 ? static_cast<std::size_t>(probe) % p.size() : rng() % p.size();
       constexpr double h = 1e-6;
       const double saved = p[i];
       p[i] = saved + h;
@@ -96,8 +96,8 @@ TEST_CASE("fmnist mlp: gradients match central finite differences (double)") {
     }
     offset += p.size();
   }
-  CHECK(checked == 240);
-  CHECK(nonzero > 150);  // ReLU zeroes some, but the check is not a comparison of zeros
+  CHECK(checked == 96);
+  CHECK(nonzero > 60);  // ReLU zeroes some, but the check is not a comparison of zeros
 }
 
 TEST_CASE("fmnist mlp: float gradients agree with double ones") {
@@ -120,22 +120,21 @@ TEST_CASE("fmnist mlp: float gradients agree with double ones") {
 }
 
 TEST_CASE("fmnist mlp: evaluate counts the samples whose largest logit is the label") {
-  fmnist::mlp<float> m(1, 32);
-  const batch_data data = random_batch(32, 13);
+  constexpr std::size_t n = 10;
+  fmnist::mlp<float> m(1, n), one(1, 1);  // the same weights; `one` probes a sample at a time
+  const batch_data data = random_batch(n, 13);
   const std::vector<float> x(data.x.begin(), data.x.end());
-  // Relabel every sample with the model's own prediction: then all are correct.
-  std::vector<std::uint8_t> predicted(32);
-  for (std::size_t b = 0; b < 32; ++b) {
-    std::size_t best = 0;
-    double best_loss = 1e300;
+  // The predicted class is the label of least loss. Relabel every sample with it: all correct.
+  std::vector<std::uint8_t> predicted(n);
+  for (std::size_t b = 0; b < n; ++b) {
+    float best_loss = 1e30f;
     for (std::uint8_t c = 0; c < 10; ++c) {
-      const std::vector<std::uint8_t> one{c};
-      const double l = m.evaluate(std::span<const float>(x.data() + b * 784, 784), one).loss_sum;
-      if (l < best_loss) best_loss = l, best = c;
+      const std::vector<std::uint8_t> label{c};
+      const float l = one.evaluate(std::span<const float>(x.data() + b * 784, 784), label).loss_sum;
+      if (l < best_loss) best_loss = l, predicted[b] = c;
     }
-    predicted[b] = static_cast<std::uint8_t>(best);
   }
-  CHECK(m.evaluate(x, predicted).correct == 32);
+  CHECK(m.evaluate(x, predicted).correct == n);
   for (std::uint8_t& l : predicted) l = static_cast<std::uint8_t>((l + 1) % 10);
   CHECK(m.evaluate(x, predicted).correct == 0);
 }

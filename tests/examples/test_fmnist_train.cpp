@@ -10,6 +10,18 @@
 
 namespace {
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool sanitized = true;
+#else
+constexpr bool sanitized = false;
+#endif
+#else
+constexpr bool sanitized = false;
+#endif
+
 /// The real data, or nothing when the package is absent (the tests then say so and skip).
 const fmnist::dataset* real_data() {
   static const bool present =
@@ -26,6 +38,18 @@ fmnist::train_options quick(std::uint64_t seed) {
   o.seed = seed;
   o.train_limit = 12000;
   o.test_limit = 2000;
+  return o;
+}
+
+/// Two epochs of 4 steps of 4 workers x batch 16 (256 training and 64 test images), with a
+/// learning-rate decay between them: cheap even under a sanitizer.
+fmnist::train_options small(std::uint64_t seed) {
+  fmnist::train_options o = quick(seed);
+  o.epochs = 2;
+  o.batch = 16;
+  o.schedule.milestones = {1};
+  o.train_limit = 256;
+  o.test_limit = 64;
   return o;
 }
 
@@ -53,10 +77,15 @@ struct failing_once {
 
 }  // namespace
 
-TEST_CASE("fmnist training: one quick epoch learns, and a seed gives the same weights bit for bit") {
+TEST_CASE("fmnist training: one quick epoch reaches 75% test accuracy") {
   const fmnist::dataset* data = real_data();
   if (data == nullptr) {
     MESSAGE("skipped: no Fashion-MNIST in " << fmnist::package_dir << " (apt-get install dataset-fashion-mnist)");
+    return;
+  }
+  if (sanitized) {
+    MESSAGE("skipped under a sanitizer: the model runs ~30x slower there; the smaller runs below "
+            "still exercise the same code");
     return;
   }
   std::vector<fmnist::epoch_report> hooked;
@@ -64,13 +93,12 @@ TEST_CASE("fmnist training: one quick epoch learns, and a seed gives the same we
     CHECK(a.total_sent() == r.sent);
     hooked.push_back(r);
   };
-  const fmnist::train_result first = fmnist::train(*data, quick(7), uncompressed, hook);
-  const fmnist::train_result second = fmnist::train(*data, quick(7), uncompressed);
-  REQUIRE(first.epochs.size() == 1);
-  const fmnist::epoch_report& r = first.epochs[0];
+  const fmnist::train_result result = fmnist::train(*data, quick(7), uncompressed, hook);
+  REQUIRE(result.epochs.size() == 1);
+  const fmnist::epoch_report& r = result.epochs[0];
   MESSAGE("one epoch on 12000 images: test accuracy " << 100 * r.test_accuracy << "%, train loss "
                                                       << r.train_loss << ", " << r.seconds << " s");
-  // An untrained model scores 10%; one epoch of this subset gives about 80% (81% measured).
+  // An untrained model scores 10%; one epoch of this subset gives about 80% (80.1% measured).
   CHECK(r.test_accuracy > 0.75);
   CHECK(r.train_loss < 1.5);
   CHECK(r.steps == 12000 / 4 / 64);
@@ -79,11 +107,22 @@ TEST_CASE("fmnist training: one quick epoch learns, and a seed gives the same we
   // flag per tensor.
   CHECK(r.sent.elements == r.steps * (235146 + 6));
   CHECK(hooked.size() == 1);
-  CHECK(first.weights.size() == 235146);
+  CHECK(result.weights.size() == 235146);
+}
+
+TEST_CASE("fmnist training: a seed gives the same weights bit for bit; another seed others") {
+  const fmnist::dataset* data = real_data();
+  if (data == nullptr) {
+    MESSAGE("skipped: no Fashion-MNIST in " << fmnist::package_dir);
+    return;
+  }
+  const fmnist::train_result first = fmnist::train(*data, small(7), uncompressed);
+  const fmnist::train_result second = fmnist::train(*data, small(7), uncompressed);
+  const fmnist::train_result other = fmnist::train(*data, small(8), uncompressed);
+  REQUIRE(first.weights.size() == 235146);
   CHECK(first.weights == second.weights);
   CHECK(first.epochs[0].test_accuracy == second.epochs[0].test_accuracy);
-
-  const fmnist::train_result other = fmnist::train(*data, quick(8), uncompressed);
+  CHECK(first.epochs[0].train_loss == second.epochs[0].train_loss);
   CHECK(other.weights != first.weights);
 }
 
@@ -93,15 +132,14 @@ TEST_CASE("fmnist training: a step the averaging reports non_finite is skipped o
     MESSAGE("skipped: no Fashion-MNIST in " << fmnist::package_dir);
     return;
   }
-  fmnist::train_options o = quick(3);
-  o.train_limit = 2048;  // 8 steps
-  o.test_limit = 256;
+  const fmnist::train_options o = small(3);
   const auto failing = [](std::span<const bellows::layer_info> layers) {
     return failing_once{fmnist::uncompressed_averaging(layers), 3, 0, {}};
   };
   const fmnist::train_result r = fmnist::train(*data, o, failing);
-  CHECK(r.epochs[0].steps == 8);
-  CHECK(r.epochs[0].skipped_steps == 1);
+  CHECK(r.epochs[0].steps == 4);
+  CHECK(r.epochs[0].skipped_steps == 1);  // step 3 of epoch 0
+  CHECK(r.epochs[1].skipped_steps == 0);
   const fmnist::train_result clean = fmnist::train(*data, o, uncompressed);
   CHECK(clean.epochs[0].skipped_steps == 0);
   CHECK(r.weights != clean.weights);
