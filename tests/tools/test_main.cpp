@@ -264,7 +264,7 @@ TEST_CASE("cli: the table names the input and each method, and the figures' mean
   std::istringstream words(o.out.substr(header + 1, o.out.find('\n', header + 1) - header - 1));
   const std::vector<std::string> columns{std::istream_iterator<std::string>(words), {}};
   CHECK(columns == std::vector<std::string>{"method", "parameters", "bytes/step", "ratio", "rel", "err", "cosine",
-                                            "ms/call", "x_floor"});
+                                            "ms/call", "floor", "ms", "x_floor"});
   CHECK(o.out.find("\nidentity  -") != std::string::npos);
   CHECK(o.out.find("cum err") == std::string::npos);  // one step: nothing accumulates
   CHECK(o.err.empty());                               // no progress bar when stderr is a file
