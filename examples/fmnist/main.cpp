@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
     std::printf("), seed %llu\n", static_cast<unsigned long long>(options.seed));
     const auto print = [&](const fmnist::epoch_report& r, const auto& /*averaging*/) {
       std::printf("epoch %3zu/%zu  lr %.4f  train loss %.4f  test loss %.4f  test acc %6.2f%%  "
-                  "floats sent %.3g  %.2f s\n",
+                  "total floats sent %.3g  %.2f s\n",
                   r.epoch + 1, options.epochs, static_cast<double>(r.lr), r.train_loss, r.test_loss,
                   100 * r.test_accuracy, static_cast<double>(r.sent.elements), r.seconds);
       std::fflush(stdout);
