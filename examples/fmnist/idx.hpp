@@ -113,7 +113,8 @@ template <class... Parts>
     if (n != 0 && count > std::numeric_limits<std::size_t>::max() / n) fail_in(file, "dimensions overflow");
     count *= n;
     out.dims.push_back(n);
-    shape += (d ? "x" : "") + std::to_string(n);
+    if (d > 0) shape += 'x';
+    shape += std::to_string(n);
   }
   const std::size_t present = bytes.size() - header;
   if (present < count)
