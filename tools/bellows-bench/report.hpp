@@ -4,11 +4,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bellows-bench/input.hpp"
@@ -141,8 +144,10 @@ inline void print_table(std::ostream& out, const run_report& run) {
   const gradient_set& in = *run.input;
   const run_settings& s = run.settings;
   out << "input: ";
-  for (std::size_t i = 0; i < in.size(); ++i)
-    out << (i ? ", " : "") << in.sources[i] << " (" << in.dtypes[i] << ")";
+  if (in.size() > 2 && std::all_of(in.dtypes.begin(), in.dtypes.end(), [&](const auto& d) { return d == in.dtypes[0]; }))
+    out << in.sources.front() << " ... " << in.sources.back() << " (" << in.size() << " files, " << in.dtypes[0] << ")";
+  else
+    for (std::size_t i = 0; i < in.size(); ++i) out << (i ? ", " : "") << in.sources[i] << " (" << in.dtypes[i] << ")";
   out << "; shape " << in.shape.to_string() << ", " << detail::bytes_text(static_cast<double>(in.shape.size()) * 4)
       << " as float32\nrun:   " << s.steps << (s.steps == 1 ? " step, " : " steps, ") << s.workers
       << (s.workers == 1 ? " worker, " : " workers, ") << run.threads << (run.threads == 1 ? " thread, " : " threads, ")
