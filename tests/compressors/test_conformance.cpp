@@ -19,7 +19,9 @@
 #include "../support/random.hpp"
 #include "conformance_cases.hpp"
 
-#define CONFORMANCE_CASES bellows::testing::identity_case, bellows::testing::powersgd_case, bellows::testing::qsgd_case
+#define CONFORMANCE_CASES bellows::testing::identity_case, bellows::testing::powersgd_case, bellows::testing::qsgd_case, \
+    bellows::testing::topk_case, bellows::testing::topk_dense_case, bellows::testing::topk_residual_case,         \
+    bellows::testing::randk_case, bellows::testing::randk_per_rank_case, bellows::testing::randk_residual_case
 
 namespace {
 

@@ -43,6 +43,14 @@ inline void divide(executor& exec, std::span<float> x, float d) {
   });
 }
 
+/// out[i] = x[i] / d for every element (same lengths).
+inline void divide_into(executor& exec, std::span<float> out, std::span<const float> x, float d) {
+  BELLOWS_EXPECTS(out.size() == x.size(), "divide_into: lengths ", out.size(), " and ", x.size());
+  exec.for_chunks(out.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) out[i] = x[i] / d;
+  });
+}
+
 /// x[i] = x[i] * s for every element.
 inline void scale(executor& exec, std::span<float> x, float s) {
   exec.for_chunks(x.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {

@@ -1,0 +1,482 @@
+// SPDX-License-Identifier: Apache-2.0
+// CPU kernels of top-k selection by magnitude: a threshold estimated from a sample, one streaming
+// pass that keeps the few elements above it, then an exact selection among those few.
+//
+// select_top, for the k largest |v| of v = g (or g + e, the error-compensated gradient):
+//  1. Sample: `plan.sample` elements, one drawn from each of that many equal strata of the
+//     array (Philox, so every backend draws the same). The lower threshold t_lo is the
+//     plan.lower_rank-th largest sampled magnitude, a few standard deviations below the k-th, so
+//     that almost surely at least k elements reach it. For large k there is also an upper
+//     threshold t_hi (plan.upper_rank), above which almost surely fewer than k elements lie.
+//  2. Scan: one pass over v in chunks of select_chunk elements. Elements with t_lo <= |v| < t_hi
+//     are candidates, copied with their offset in the chunk into the workspace; elements at or
+//     above t_hi are only counted. Non-finite elements are found here. With error feedback and
+//     no t_hi, the same pass writes staged = v with the candidates zeroed.
+//  3. Select: when fewer than k elements lie above t_hi and the candidates reach k, the exact
+//     k-th largest magnitude T is found among the candidates (a histogram of the top 11 bits of
+//     their keys, then nth_element within the bin that holds it). Otherwise (the sample misled,
+//     or ties overflow the workspace) three histogram passes over v find T.
+//  4. Emit: every element with |v| > T and, in index order, the first ones with |v| = T until k
+//     are written in ascending index order (SPEC.md's tie rule): from the candidates alone when
+//     there is no t_hi, else by a pass over v. Candidates not kept go back into `staged`.
+// Approximate mode (plan.max_count > k) keeps every element at or above t_lo when their count
+// lies in [k, max_count], and otherwise falls back to the exact selection.
+// The result depends on neither the thread count nor, in exact mode, the sample.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "bellows/core/error.hpp"
+#include "bellows/core/philox.hpp"
+#include "bellows/cpu/executor.hpp"
+#include "bellows/cpu/sparse.hpp"
+
+namespace bellows::cpu {
+
+/// Elements per task of the scan and emit passes; candidates are 16-bit offsets within a chunk.
+inline constexpr std::size_t select_chunk = std::size_t{1} << 14;
+static_assert(select_chunk <= 65536, "candidate offsets must fit 16 bits");
+
+/// A threshold key above every magnitude key (NaN included): "no upper threshold".
+inline constexpr std::uint32_t above_all_keys = 0x80000000u;
+
+/// How a selection of k of n elements proceeds; the same numbers on every backend.
+struct select_plan {
+  std::size_t n = 0;
+  std::size_t k = 0;
+  std::size_t max_count = 0;   ///< k in exact mode; the largest count approximate mode may keep
+  std::size_t sample = 0;      ///< elements sampled for the thresholds (0: exact histograms only)
+  std::size_t lower_rank = 0;  ///< t_lo is the lower_rank-th largest sampled magnitude
+  std::size_t upper_rank = 0;  ///< t_hi is the upper_rank-th largest sampled magnitude (0: none)
+  std::size_t capacity = 0;    ///< candidates the workspace holds (fewer only cost time)
+
+  friend bool operator==(const select_plan&, const select_plan&) = default;
+};
+
+/// The plan for keeping k (exact) or k to max_count (approximate) of n elements. The sample has
+/// n / 256 elements, at least 2048 and at most 32768 (all of them for small n). Its expected
+/// count of elements among the top k is h = k * sample / n, with standard deviation
+/// sd = sqrt(h (1 - k / n)); t_lo sits at rank ceil(h + z sd) + 1 (z = 4 exact, 2 approximate)
+/// and, when k > n / 8, t_hi at rank floor(h - z sd) - 1. The workspace holds twice the
+/// expected candidates plus 1024.
+[[nodiscard]] inline select_plan plan_select(std::size_t n, std::size_t k, std::size_t max_count) {
+  BELLOWS_EXPECTS(k >= 1 && k <= max_count && max_count <= n, "plan_select: keeping ", k, " to ",
+                  max_count, " of ", n, " elements");
+  select_plan p{n, k, max_count, 0, 0, 0, 0};
+  if (k == n) return p;
+  p.sample = std::min(n, std::clamp<std::size_t>(n / 256, 2048, 32768));
+  const double fraction = static_cast<double>(k) / static_cast<double>(n);
+  const double hits = fraction * static_cast<double>(p.sample);
+  const double spread = (max_count > k ? 2.0 : 4.0) * std::sqrt(hits * (1.0 - fraction));
+  p.lower_rank = std::min(p.sample, static_cast<std::size_t>(std::ceil(hits + spread)) + 1);
+  if (k > n / 8) {
+    const double upper = std::floor(hits - spread) - 1.0;
+    p.upper_rank = upper >= 1.0 ? static_cast<std::size_t>(upper) : 0;
+  }
+  const double band = static_cast<double>(p.lower_rank - p.upper_rank) * static_cast<double>(n) /
+                      static_cast<double>(p.sample);
+  p.capacity = std::min(n, 2 * static_cast<std::size_t>(std::ceil(band)) + 1024);
+  return p;
+}
+
+/// What the scan records per chunk, and the emit pass reuses.
+struct chunk_tally {
+  std::size_t first = 0;         ///< its first candidate in the workspace (when stored)
+  std::size_t out = 0;           ///< its first output position (emit pass)
+  std::uint32_t candidates = 0;  ///< elements with t_lo <= key < t_hi
+  std::uint32_t above = 0;       ///< elements with key >= t_hi; for the emit pass: key > T
+  std::uint32_t ties = 0;        ///< for the emit pass: elements with key == T it keeps
+  bool stored = false;           ///< its candidates fit the workspace
+};
+
+/// The memory of one layer's selections, sized from a plan; refitting to another plan only grows.
+struct select_workspace {
+  std::vector<float> sample;
+  std::vector<std::uint32_t> keys;  ///< scratch of the exact selection among candidates
+  std::vector<std::uint16_t> position;
+  std::vector<float> value;
+  std::vector<chunk_tally> chunks;
+
+  select_workspace() = default;
+  explicit select_workspace(const select_plan& p) { fit(p); }
+
+  void fit(const select_plan& p) {
+    sample.resize(p.sample);
+    keys.resize(std::max(p.sample, p.capacity));
+    position.resize(p.capacity);
+    value.resize(p.capacity);
+    chunks.resize((p.n + select_chunk - 1) / select_chunk);
+  }
+};
+
+/// The k-th largest magnitude key and how many keys exceed it.
+struct kth_key {
+  std::uint32_t key = 0;
+  std::size_t above = 0;
+};
+
+/// The rank-th largest magnitude key of `values` (1 <= rank <= values.size()): a histogram of
+/// the top 11 key bits finds the bin that holds it, nth_element finishes within that bin.
+/// `scratch` holds at least values.size() keys.
+[[nodiscard]] inline kth_key kth_largest_key(std::span<const float> values, std::size_t rank,
+                                             std::span<std::uint32_t> scratch) {
+  BELLOWS_EXPECTS(rank >= 1 && rank <= values.size() && scratch.size() >= values.size(),
+                  "kth_largest_key: rank ", rank, " of ", values.size(), " values, scratch ",
+                  scratch.size());
+  constexpr unsigned shift = 20;
+  std::size_t hist[std::size_t{1} << (31 - shift)] = {};
+  for (float v : values) ++hist[magnitude_key(v) >> shift];
+  std::size_t bin = std::size(hist) - 1, above = 0;
+  while (above + hist[bin] < rank) above += hist[bin--];
+  std::size_t count = 0;
+  for (float v : values) {
+    const std::uint32_t key = magnitude_key(v);
+    scratch[count] = key;  // kept only when in the bin
+    count += key >> shift == bin;
+  }
+  const auto nth = scratch.begin() + static_cast<std::ptrdiff_t>(count - (rank - above));
+  std::nth_element(scratch.begin(), nth, scratch.begin() + static_cast<std::ptrdiff_t>(count));
+  const std::uint32_t key = *nth;
+  for (auto it = nth + 1; it != scratch.begin() + static_cast<std::ptrdiff_t>(count); ++it)
+    above += *it > key;
+  return {key, above};
+}
+
+namespace detail {
+
+template <bool Compensate>
+[[nodiscard]] inline float value_at(const float* g, const float* e, std::size_t i) noexcept {
+  if constexpr (Compensate)
+    return g[i] + e[i];
+  else
+    return g[i];
+}
+
+struct scan_tally {
+  std::size_t hits = 0;
+  std::size_t above = 0;
+  bool non_finite = false;
+};
+
+/// Scans v over [0, len): the offsets of elements with lo <= key < hi go to `hits`, those with
+/// key >= hi are counted. With Stage, writes v to `staged` with the hits zeroed.
+template <bool Compensate, bool Stage>
+scan_tally scan_chunk(const float* g, const float* e, float* staged, std::size_t len,
+                      std::uint32_t lo, std::uint32_t hi, std::uint16_t* hits) noexcept {
+  scan_tally t;
+  std::size_t i = 0;
+#if defined(BELLOWS_CPU_SSE2)
+  const __m128i magnitude = _mm_set1_epi32(0x7FFFFFFF);
+  // Keys are below 2^31, so signed compares order them; key >= x is key > x - 1.
+  const __m128i lo_less = _mm_set1_epi32(static_cast<int>(lo - 1));
+  const __m128i hi_less = _mm_set1_epi32(static_cast<int>(hi - 1));
+  const __m128i largest_finite = _mm_set1_epi32(static_cast<int>(non_finite_key - 1));
+  __m128i bad = _mm_setzero_si128(), above = _mm_setzero_si128();
+  for (; i + 16 <= len; i += 16) {
+    unsigned mask = 0;
+    for (unsigned q = 0; q < 4; ++q) {
+      __m128 v = _mm_loadu_ps(g + i + 4 * q);
+      if constexpr (Compensate) v = _mm_add_ps(v, _mm_loadu_ps(e + i + 4 * q));
+      const __m128i key = _mm_and_si128(_mm_castps_si128(v), magnitude);
+      const __m128i at_hi = _mm_cmpgt_epi32(key, hi_less);
+      const __m128i hit = _mm_andnot_si128(at_hi, _mm_cmpgt_epi32(key, lo_less));
+      bad = _mm_or_si128(bad, _mm_cmpgt_epi32(key, largest_finite));
+      above = _mm_sub_epi32(above, at_hi);
+      mask |= static_cast<unsigned>(_mm_movemask_ps(_mm_castsi128_ps(hit))) << (4 * q);
+      if constexpr (Stage) stream_store(staged + i + 4 * q, _mm_andnot_ps(_mm_castsi128_ps(hit), v));
+    }
+    while (mask != 0) {
+      hits[t.hits++] = static_cast<std::uint16_t>(i + static_cast<unsigned>(std::countr_zero(mask)));
+      mask &= mask - 1;
+    }
+  }
+  alignas(16) std::uint32_t lanes[4];
+  _mm_store_si128(reinterpret_cast<__m128i*>(lanes), above);
+  t.above = std::size_t{lanes[0]} + lanes[1] + lanes[2] + lanes[3];
+  t.non_finite = _mm_movemask_epi8(bad) != 0;
+#endif
+  for (; i < len; ++i) {
+    const float v = value_at<Compensate>(g, e, i);
+    const std::uint32_t key = magnitude_key(v);
+    const bool hit = key >= lo && key < hi;
+    if (hit) hits[t.hits++] = static_cast<std::uint16_t>(i);
+    t.above += key >= hi;
+    t.non_finite |= key >= non_finite_key;
+    if constexpr (Stage) staged[i] = hit ? 0.0f : v;
+  }
+  if constexpr (Stage) stream_fence();
+  return t;
+}
+
+struct scan_summary {
+  std::size_t candidates = 0;  ///< all of them, stored or not
+  std::size_t above = 0;
+  bool non_finite = false;
+};
+
+/// Step 2 of select_top over all chunks.
+template <bool Compensate, bool Stage>
+scan_summary scan(executor& exec, const float* g, const float* e, float* staged, std::size_t n,
+                  std::uint32_t lo, std::uint32_t hi, select_workspace& ws) {
+  std::atomic<std::size_t> used{0}, above{0};
+  std::atomic<bool> bad{false};
+  const std::size_t capacity = ws.position.size();
+  exec.for_chunks(n, select_chunk, [&](std::size_t begin, std::size_t end) {
+    std::uint16_t hits[select_chunk];
+    const scan_tally t = scan_chunk<Compensate, Stage>(g + begin, e ? e + begin : nullptr,
+                                                      staged ? staged + begin : nullptr,
+                                                      end - begin, lo, hi, hits);
+    chunk_tally& c = ws.chunks[begin / select_chunk];
+    c.candidates = static_cast<std::uint32_t>(t.hits);
+    c.above = static_cast<std::uint32_t>(t.above);
+    if (t.above != 0) above.fetch_add(t.above, std::memory_order_relaxed);
+    if (t.non_finite) bad.store(true, std::memory_order_relaxed);
+    const std::size_t first = t.hits != 0 ? used.fetch_add(t.hits, std::memory_order_relaxed) : 0;
+    c.stored = first + t.hits <= capacity;
+    c.first = first;
+    for (std::size_t j = 0; j < t.hits; ++j) {
+      const float v = value_at<Compensate>(g, e, begin + hits[j]);
+      if (c.stored) {
+        ws.position[first + j] = hits[j];
+        ws.value[first + j] = v;
+      } else if constexpr (Stage) {
+        staged[begin + hits[j]] = v;  // no room: leave the residual whole
+      }
+    }
+  });
+  return {used.load(), above.load(), bad.load()};
+}
+
+/// Histogram of (key >> shift) & (bins - 1) over the elements with key >> match_shift == match.
+template <bool Compensate>
+void histogram(executor& exec, const float* g, const float* e, std::size_t n, unsigned match_shift,
+               std::uint32_t match, unsigned shift, std::span<std::size_t> hist) {
+  constexpr std::size_t chunk = std::size_t{1} << 18;
+  std::mutex merge;
+  std::ranges::fill(hist, 0);
+  const std::uint32_t bin_mask = static_cast<std::uint32_t>(hist.size() - 1);
+  exec.for_chunks(n, chunk, [&](std::size_t begin, std::size_t end) {
+    std::uint32_t local[2048] = {};
+    for (std::size_t i = begin; i < end; ++i) {
+      const std::uint32_t key = magnitude_key(value_at<Compensate>(g, e, i));
+      if (key >> match_shift == match) ++local[(key >> shift) & bin_mask];
+    }
+    const std::lock_guard lock(merge);
+    for (std::size_t b = 0; b < hist.size(); ++b) hist[b] += local[b];
+  });
+}
+
+/// The exact k-th largest key of all of v by three histogram passes (11, 10 and 10 key bits);
+/// nullopt-like: non_finite set when v holds NaN or Inf.
+template <bool Compensate>
+kth_key kth_largest_key_of_all(executor& exec, const float* g, const float* e, std::size_t n,
+                               std::size_t k, bool& non_finite) {
+  std::size_t hist[2048];
+  kth_key r;
+  // Level 1 bins are key >> 20; the others refine the bin that holds the k-th key by 10 bits.
+  constexpr unsigned shifts[3] = {20, 10, 0};
+  std::uint32_t prefix = 0;
+  for (unsigned level = 0; level < 3; ++level) {
+    const unsigned shift = shifts[level];
+    const std::size_t bins = level == 0 ? 2048 : 1024;
+    const unsigned match_shift = level == 0 ? 31 : shifts[level - 1];
+    histogram<Compensate>(exec, g, e, n, match_shift, prefix, shift, std::span(hist, bins));
+    if (level == 0) {
+      non_finite = false;
+      for (std::size_t b = non_finite_key >> 20; b < bins; ++b) non_finite |= hist[b] != 0;
+      if (non_finite) return r;
+    }
+    std::size_t bin = bins - 1;
+    while (r.above + hist[bin] < k) r.above += hist[bin--];
+    prefix = (prefix << (level == 0 ? 11 : 10)) | static_cast<std::uint32_t>(bin);
+  }
+  r.key = prefix;
+  return r;
+}
+
+/// Per chunk, the elements with key > T (`above`) and == T (`ties`), by a pass over v.
+template <bool Compensate>
+void tally_against(executor& exec, const float* g, const float* e, std::size_t n, std::uint32_t key,
+                   select_workspace& ws) {
+  exec.for_chunks(n, select_chunk, [&](std::size_t begin, std::size_t end) {
+    std::uint32_t gt = 0, eq = 0;
+    for (std::size_t i = begin; i < end; ++i) {
+      const std::uint32_t k = magnitude_key(value_at<Compensate>(g, e, i));
+      gt += k > key;
+      eq += k == key;
+    }
+    chunk_tally& c = ws.chunks[begin / select_chunk];
+    c.above = gt;
+    c.ties = eq;
+  });
+}
+
+/// Per chunk, from its stored candidates: above += candidates > T, ties = candidates == T.
+inline void tally_candidates(select_workspace& ws, std::uint32_t key) {
+  for (chunk_tally& c : ws.chunks) {
+    std::uint32_t gt = 0, eq = 0;
+    for (std::size_t j = c.first; j < c.first + c.candidates; ++j) {
+      const std::uint32_t k = magnitude_key(ws.value[j]);
+      gt += k > key;
+      eq += k == key;
+    }
+    c.above += gt;
+    c.ties = eq;
+  }
+}
+
+/// Step 4 from the candidates alone (every kept element is a candidate).
+template <class Index>
+void emit_candidates(const select_workspace& ws, std::uint32_t key, std::size_t ties,
+                     sparse_arrays<Index> out, float* staged) {
+  std::size_t o = 0;
+  for (std::size_t c = 0; c < ws.chunks.size(); ++c) {
+    const chunk_tally& t = ws.chunks[c];
+    for (std::size_t j = t.first; j < t.first + t.candidates; ++j) {
+      const float v = ws.value[j];
+      const std::uint32_t k = magnitude_key(v);
+      const std::size_t i = c * select_chunk + ws.position[j];
+      if (k > key || (k == key && ties != 0)) {
+        ties -= k == key;
+        out.index[o] = static_cast<Index>(i);
+        out.value[o++] = v;
+      } else if (staged != nullptr) {
+        staged[i] = v;
+      }
+    }
+  }
+  BELLOWS_EXPECTS(o == out.index.size(), "select_top: emitted ", o, " of ", out.index.size());
+}
+
+/// Step 4 by a pass over v, from per-chunk tallies (above: key > T, ties: key == T present).
+/// `ties` of the ties are kept, the first ones in index order.
+template <bool Compensate, class Index>
+void emit_pass(executor& exec, const float* g, const float* e, float* staged, std::size_t n,
+               std::uint32_t key, std::size_t ties, select_workspace& ws, sparse_arrays<Index> out) {
+  std::size_t o = 0;
+  for (chunk_tally& c : ws.chunks) {
+    c.ties = static_cast<std::uint32_t>(std::min<std::size_t>(c.ties, ties));
+    ties -= c.ties;
+    c.out = o;
+    o += std::size_t{c.above} + c.ties;
+  }
+  BELLOWS_EXPECTS(o == out.index.size(), "select_top: tallied ", o, " of ", out.index.size());
+  exec.for_chunks(n, select_chunk, [&](std::size_t begin, std::size_t end) {
+    const chunk_tally& c = ws.chunks[begin / select_chunk];
+    std::size_t at = c.out;
+    std::uint32_t ties_left = c.ties;
+    float block[16];
+    for (std::size_t i = begin; i < end; i += 16) {
+      const std::size_t len = std::min<std::size_t>(16, end - i);
+      for (std::size_t t = 0; t < len; ++t) {
+        const float v = value_at<Compensate>(g, e, i + t);
+        const std::uint32_t k = magnitude_key(v);
+        const bool keep = k > key || (k == key && ties_left != 0);
+        ties_left -= k == key && keep;
+        if (keep) {
+          out.index[at] = static_cast<Index>(i + t);
+          out.value[at++] = v;
+        }
+        block[t] = keep ? 0.0f : v;
+      }
+      if constexpr (Compensate) {
+#if defined(BELLOWS_CPU_SSE2)
+        if (len == 16) {
+          for (std::size_t q = 0; q < 16; q += 4) stream_store(staged + i + q, _mm_loadu_ps(block + q));
+          continue;
+        }
+#endif
+        std::copy(block, block + len, staged + i);
+      }
+    }
+    if constexpr (Compensate) stream_fence();
+  });
+}
+
+template <bool Compensate, class Arrays>
+bool select_top(executor& exec, const select_plan& plan, const philox::stream& draw, const float* g,
+                const float* e, float* staged, select_workspace& ws, Arrays&& arrays) {
+  const std::size_t n = plan.n, k = plan.k;
+  if (plan.sample != 0) {
+    // Step 1: one element from each of `sample` strata.
+    const std::size_t s = plan.sample;
+    for (std::size_t j = 0; j < s; j += 4) {
+      const philox::u32x4 words = draw.block(static_cast<std::uint32_t>(j / 4));
+      for (std::size_t w = 0; w < 4 && j + w < s; ++w) {
+        const std::size_t lo = (j + w) * n / s, hi = (j + w + 1) * n / s;
+        const auto width = static_cast<std::uint32_t>(std::min<std::size_t>(hi - lo, 0xFFFFFFFFu));
+        ws.sample[j + w] = value_at<Compensate>(g, e, lo + philox::to_below(words.v[w], width));
+      }
+    }
+    const std::span<const float> sampled(ws.sample.data(), s);
+    const std::uint32_t lo = kth_largest_key(sampled, plan.lower_rank, ws.keys).key;
+    const std::uint32_t hi =
+        plan.upper_rank != 0 ? kth_largest_key(sampled, plan.upper_rank, ws.keys).key : above_all_keys;
+    // Step 2.
+    const bool small = hi == above_all_keys;
+    const scan_summary s2 = small ? scan<Compensate, Compensate>(exec, g, e, staged, n, lo, hi, ws)
+                                  : scan<Compensate, false>(exec, g, e, nullptr, n, lo, hi, ws);
+    if (s2.non_finite) return false;
+    const std::size_t reach = s2.above + s2.candidates;
+    if (s2.candidates <= ws.position.size() && s2.above < k && k <= reach) {
+      // Step 3 among the candidates.
+      std::uint32_t key = lo;
+      std::size_t ties = s2.candidates, count = reach;
+      if (plan.max_count == k || reach > plan.max_count) {
+        const kth_key t = kth_largest_key(std::span<const float>(ws.value.data(), s2.candidates),
+                                          k - s2.above, ws.keys);
+        key = t.key;
+        ties = k - s2.above - t.above;
+        count = k;
+      }
+      const auto out = arrays(count);
+      if (small) {
+        emit_candidates(ws, key, ties, out, staged);
+      } else {
+        tally_candidates(ws, key);
+        emit_pass<Compensate>(exec, g, e, staged, n, key, ties, ws, out);
+      }
+      return true;
+    }
+  }
+  // Step 3 over all of v.
+  bool non_finite = false;
+  const kth_key t = kth_largest_key_of_all<Compensate>(exec, g, e, n, k, non_finite);
+  if (non_finite) return false;
+  tally_against<Compensate>(exec, g, e, n, t.key, ws);
+  emit_pass<Compensate>(exec, g, e, staged, n, t.key, k - t.above, ws, arrays(k));
+  return true;
+}
+
+}  // namespace detail
+
+/// Selects the k = plan.k elements of largest magnitude of v = g, or v = g + e when `e` is not
+/// empty (see the top of this file). Once the count is known, calls arrays(count), which returns
+/// the sparse_arrays<Index> of that length to fill; they receive the kept indices, ascending, and
+/// their values of v. With `e`, `staged` (n floats) receives the residual: v with zeros at the
+/// kept indices. `draw` keys the sample. Returns false, without calling `arrays`, when an element
+/// of v is NaN or +-Inf; `staged` is then unspecified.
+template <class Arrays>
+[[nodiscard]] bool select_top(executor& exec, const select_plan& plan, const philox::stream& draw,
+                              std::span<const float> g, std::span<const float> e,
+                              std::span<float> staged, select_workspace& ws, Arrays&& arrays) {
+  BELLOWS_EXPECTS(g.size() == plan.n && (e.empty() || (e.size() == plan.n && staged.size() == plan.n)),
+                  "select_top: a plan for ", plan.n, " elements, buffers of ", g.size(), ", ",
+                  e.size(), " and ", staged.size());
+  BELLOWS_EXPECTS(ws.sample.size() >= plan.sample && ws.keys.size() >= ws.position.size() &&
+                      ws.chunks.size() == (plan.n + select_chunk - 1) / select_chunk,
+                  "select_top: the workspace does not fit the plan");
+  if (e.empty())
+    return detail::select_top<false>(exec, plan, draw, g.data(), nullptr, nullptr, ws, arrays);
+  return detail::select_top<true>(exec, plan, draw, g.data(), e.data(), staged.data(), ws, arrays);
+}
+
+}  // namespace bellows::cpu

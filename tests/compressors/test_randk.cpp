@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <bellows/collectives/local.hpp>
+#include <bellows/compressors/randk.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "../support/allocation_counter.hpp"
+#include "../support/random.hpp"
+
+namespace {
+
+using bellows::collectives::local;
+using bellows::collectives::local_group;
+
+struct payload_storage {
+  std::vector<std::uint64_t> words;
+  explicit payload_storage(std::size_t bytes) : words((bytes + 7) / 8) {}
+  std::span<std::byte> bytes() { return std::as_writable_bytes(std::span(words)); }
+};
+
+/// The indices of a valid rand-k payload of a layer below 2^32 elements.
+std::vector<std::uint32_t> indices_of(std::span<const std::byte> payload) {
+  const auto count = bellows::detail::header_of(payload).count;
+  const auto* first = reinterpret_cast<const std::uint32_t*>(payload.data() + bellows::wire::header_bytes);
+  return {first, first + count};
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("randk: k distinct ascending indices, the same on every rank only in shared mode") {
+  for (auto mode : {bellows::randk_mode::shared, bellows::randk_mode::per_rank}) {
+    const std::size_t n = 10000, w = 3;
+    std::vector<std::vector<std::uint32_t>> seen(w);
+    local_group group(w);
+    group.run([&](local& comm) {
+      bellows::cpu::executor exec(1);
+      bellows::randk<> c({.ratio = 0.01, .mode = mode}, exec);
+      auto st = c.make_state({7, "w", bellows::shape{n}});
+      const auto x = bellows::testing::normal_floats(n, comm.rank());
+      seen[comm.rank()] = indices_of(c.stage(st, x, comm.rank()));
+    });
+    for (const auto& v : seen) {
+      CHECK(v.size() == 100);
+      CHECK(std::adjacent_find(v.begin(), v.end(), std::greater_equal<>()) == v.end());
+      CHECK(v.back() < n);
+    }
+    if (mode == bellows::randk_mode::shared)
+      CHECK((seen[0] == seen[1] && seen[1] == seen[2]));
+    else
+      CHECK((seen[0] != seen[1] && seen[1] != seen[2]));
+  }
+}
+
+TEST_CASE("randk: for W = 1, 2, 3, 8 the output is the average of every rank's decoded payload") {
+  const std::size_t n = 3000;
+  for (auto mode : {bellows::randk_mode::shared, bellows::randk_mode::per_rank}) {
+    for (std::size_t w : {1u, 2u, 3u, 8u}) {
+      CAPTURE(w);
+      std::vector<std::vector<float>> decoded(w, std::vector<float>(n, 0.0f)), out(w);
+      std::vector<bellows::traffic> sent(w);
+      local_group group(w);
+      bellows::cpu::executor exec(2);
+      group.run([&](local& comm) {
+        bellows::randk<> c({.ratio = 0.05, .mode = mode}, exec);
+        CHECK(c.aggregation() == (mode == bellows::randk_mode::shared ? bellows::aggregation::allreduce
+                                                                       : bellows::aggregation::allgather));
+        auto st = c.make_state({2, "w", bellows::shape{n}});
+        for (int s = 0; s < 3; ++s) {
+          auto x = bellows::testing::normal_floats(n, 17 * comm.rank() + s);
+          auto ahead = st;
+          std::fill(decoded[comm.rank()].begin(), decoded[comm.rank()].end(), 0.0f);
+          (void)c.decode_add(ahead, c.stage(ahead, x, comm.rank()), decoded[comm.rank()]);
+          const auto r = c.reduce(st, x, comm);
+          CHECK(r.status == bellows::step_status::ok);
+          out[comm.rank()] = x;
+          sent[comm.rank()] = r.sent;
+        }
+      });
+      std::vector<float> expected(n, 0.0f);
+      for (std::size_t r = 0; r < w; ++r)
+        for (std::size_t i = 0; i < n; ++i) expected[i] += decoded[r][i];
+      if (w > 1)
+        for (float& v : expected) v /= static_cast<float>(w);
+      for (std::size_t r = 0; r < w; ++r) {
+        CHECK(out[r] == expected);
+        if (mode == bellows::randk_mode::shared)
+          CHECK(sent[r] == bellows::traffic{4 * 151, 151, 150});
+        else
+          CHECK(sent[r] == bellows::traffic{bellows::detail::sparse_payload_bytes(n, 150), 150, 150});
+      }
+    }
+  }
+}
+
+TEST_CASE("randk: indices uniform over steps (chi-square on frequencies, false alarm 1e-6)") {
+  bellows::cpu::executor exec(1);
+  const std::size_t n = 40, k = 4, steps = 5000;
+  bellows::randk<> c({.k = static_cast<std::int64_t>(k), .feedback = bellows::feedback::none}, exec);
+  auto st = c.make_state({0, "b", bellows::shape{n}});
+  payload_storage buf(c.max_payload_bytes(st));
+  const std::vector<float> x(n, 1.0f);
+  std::vector<double> count(n, 0.0);
+  for (std::size_t s = 0; s < steps; ++s) {
+    st.step = s;
+    for (std::uint32_t i : indices_of(c.encode(st, x, buf.bytes()))) count[i] += 1;
+  }
+  const double p = static_cast<double>(k) / n, expected = p * steps;
+  double stat = 0;
+  for (double v : count) stat += (v - expected) * (v - expected);
+  stat *= (n - 1.0) / (n * expected * (1 - p));
+  CHECK(stat < 96.1);  // chi-square with 39 degrees of freedom: P(> 96.1) = 1e-6
+}
+
+TEST_CASE("randk residual feedback: e = m with zeros where kept; sum of contributions + e_T = sum of g") {
+  // As for top-k: the split of m = fl(g + e) is exact, so the sums differ only by the rounding
+  // of the T additions, at most 2^-24 * sum_t |m_t| per element.
+  const std::size_t n = 4000, steps = 50;
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  bellows::randk<> c({.ratio = 0.03}, exec);
+  auto st = c.make_state({1, "w", bellows::shape{n}});
+  std::vector<double> sum_g(n, 0.0), sum_c(n, 0.0), bound(n, 0.0);
+  bool split_exact = true;
+  for (std::size_t t = 0; t < steps; ++t) {
+    auto g = bellows::testing::normal_floats(n, 500 + t);
+    std::vector<float> m(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      m[i] = g[i] + st.memory.values()[i];
+      sum_g[i] += g[i];
+      bound[i] += std::abs(double{m[i]}) * 0x1p-24;
+    }
+    REQUIRE(c.reduce(st, g, solo).status == bellows::step_status::ok);
+    for (std::size_t i = 0; i < n; ++i) {
+      sum_c[i] += g[i];
+      const float e = st.memory.values()[i];
+      split_exact &= g[i] == 0.0f ? e == m[i] : (e == 0.0f && g[i] == m[i]);
+    }
+  }
+  CHECK(split_exact);
+  std::size_t within = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    within += std::abs(sum_c[i] + st.memory.values()[i] - sum_g[i]) <= bound[i] + 1e-12;
+  CHECK(within == n);
+}
+
+TEST_CASE("randk unbiased: kept values scaled by n / k, only without error feedback") {
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  const std::size_t n = 1000;
+  bellows::randk<> c({.ratio = 0.1, .unbiased = true, .feedback = bellows::feedback::none}, exec);
+  auto st = c.make_state({0, "w", bellows::shape{n}});
+  const auto g = bellows::testing::normal_floats(n, 8);
+  auto x = g;
+  (void)c.reduce(st, x, solo);
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (x[i] != 0.0f) {
+      ++kept;
+      CHECK(x[i] == 10.0f * g[i]);
+    }
+  CHECK(kept == 100);
+  const bellows::randk<> wrong({.unbiased = true}, exec);
+  CHECK_THROWS_WITH_AS((void)wrong.make_state({0, "fc2.bias", bellows::shape{n}}),
+                       doctest::Contains("unbiased"), bellows::error);
+}
+
+TEST_CASE("randk: NaN or Inf on one rank gives non_finite on all; gradient, memory and step unchanged") {
+  for (auto mode : {bellows::randk_mode::shared, bellows::randk_mode::per_rank}) {
+    const std::size_t n = 2000, w = 3;
+    local_group group(w);
+    std::atomic<int> right{0};
+    group.run([&](local& comm) {
+      bellows::cpu::executor exec(1);
+      bellows::randk<> c({.ratio = 0.02, .mode = mode}, exec);
+      auto st = c.make_state({0, "w", bellows::shape{n}});
+      auto x = bellows::testing::normal_floats(n, comm.rank());
+      (void)c.reduce(st, x, comm);
+      const std::vector<float> memory(st.memory.values().begin(), st.memory.values().end());
+      auto g = bellows::testing::normal_floats(n, 9 + comm.rank());
+      if (comm.rank() == 0) g[1234] = std::numeric_limits<float>::quiet_NaN();  // kept or not
+      const auto before = g;
+      const auto r = c.reduce(st, g, comm);
+      if (r.status == bellows::step_status::non_finite && same_bits(g, before) &&
+          same_bits(st.memory.values(), memory) && st.step == 1 &&
+          c.reduce(st, x, comm).status == bellows::step_status::ok && st.step == 2)
+        ++right;
+    });
+    CHECK(right == static_cast<int>(w));
+  }
+}
+
+TEST_CASE("randk: bad configuration and bad payloads are refused") {
+  bellows::cpu::executor exec(1);
+  const bellows::layer_info layer{0, "emb", bellows::shape{500}};
+  for (auto [params, value] : {std::pair{bellows::randk_params{.ratio = 0.0}, "got 0"},
+                               std::pair{bellows::randk_params{.ratio = 2.0}, "2"},
+                               std::pair{bellows::randk_params{.k = -1}, "-1"}}) {
+    const bellows::randk<> c(params, exec);
+    CHECK_THROWS_WITH_AS((void)c.make_state(layer), doctest::Contains(value), bellows::error);
+    CHECK_THROWS_WITH_AS((void)c.make_state(layer), doctest::Contains("emb"), bellows::error);
+  }
+  const bellows::randk<> c({.ratio = 0.02, .feedback = bellows::feedback::none}, exec);
+  auto st = c.make_state(layer);
+  payload_storage buf(c.max_payload_bytes(st));
+  const auto payload = c.encode(st, bellows::testing::normal_floats(500, 1), buf.bytes());
+  // A payload for another k (here, top-k's codec field aside) is refused.
+  const bellows::randk<> other({.ratio = 0.04, .feedback = bellows::feedback::none}, exec);
+  std::vector<float> acc(500, 0.0f);
+  CHECK_THROWS_WITH_AS((void)other.decode_add(st, payload, acc), doctest::Contains("entries"), bellows::wire_error);
+  payload_storage copy(payload.size());
+  std::memcpy(copy.bytes().data(), payload.data(), payload.size());
+  copy.bytes()[6] = std::byte{1};  // top-k's codec
+  CHECK_THROWS_AS((void)c.validate(st, copy.bytes().first(payload.size())), bellows::wire_error);
+  CHECK(std::all_of(acc.begin(), acc.end(), [](float v) { return v == 0.0f; }));
+}
+
+TEST_CASE("randk: steady-state steps allocate nothing") {
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  for (auto mode : {bellows::randk_mode::shared, bellows::randk_mode::per_rank}) {
+    bellows::randk<> c({.ratio = 0.01, .mode = mode}, exec);
+    auto st = c.make_state({0, "w", bellows::shape{40000}});
+    auto x = bellows::testing::normal_floats(40000, 3);
+    (void)c.reduce(st, x, solo);
+    for (int s = 0; s < 3; ++s) {
+      const std::size_t mark = bellows::testing::allocations;
+      (void)c.reduce(st, x, solo);
+      CHECK(bellows::testing::allocations == mark);
+    }
+  }
+}
+
+TEST_CASE("randk: save and load restore the step and the memory") {
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  bellows::randk<> c({.ratio = 0.1}, exec);
+  auto st = c.make_state({0, "w", bellows::shape{64}});
+  auto x = bellows::testing::normal_floats(64, 2);
+  (void)c.reduce(st, x, solo);
+  bellows::checkpoint_writer w;
+  c.save(st, w);
+  auto restored = c.make_state({0, "w", bellows::shape{64}});
+  bellows::checkpoint_reader r(w.bytes());
+  c.load(restored, r);
+  CHECK(restored.step == 1);
+  CHECK(same_bits(restored.memory.values(), st.memory.values()));
+}

@@ -1,0 +1,402 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <bellows/collectives/local.hpp>
+#include <bellows/compressors/topk.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../support/allocation_counter.hpp"
+#include "../support/random.hpp"
+
+namespace {
+
+using bellows::collectives::local;
+using bellows::collectives::local_group;
+
+struct payload_storage {
+  std::vector<std::uint64_t> words;
+  explicit payload_storage(std::size_t bytes) : words((bytes + 7) / 8) {}
+  std::span<std::byte> bytes() { return std::as_writable_bytes(std::span(words)); }
+};
+
+/// The reference: x with all but its k largest |x| zeroed, ties to the lower index.
+std::vector<float> sorted_top(const std::vector<float>& x, std::size_t k) {
+  std::vector<std::size_t> order(x.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return std::abs(x[a]) > std::abs(x[b]); });
+  std::vector<float> out(x.size(), 0.0f);
+  for (std::size_t j = 0; j < k; ++j) out[order[j]] = x[order[j]];
+  return out;
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+std::vector<float> copy(std::span<const float> s) { return {s.begin(), s.end()}; }
+
+/// Edge-case data: the brute-force comparison must hold for all of it.
+std::vector<float> edge_data(int kind, std::size_t n) {
+  std::vector<float> v = bellows::testing::normal_floats(n, static_cast<std::uint64_t>(kind) + 40);
+  std::mt19937 rng(static_cast<unsigned>(kind));
+  switch (kind) {
+    case 1: std::fill(v.begin(), v.end(), 0.25f); break;                        // all equal
+    case 2: for (float& x : v) x = static_cast<float>(static_cast<int>(rng() % 5) - 2); break;  // ties
+    case 3: for (float& x : v) x = rng() % 3 ? (rng() % 2 ? 0.0f : -0.0f) : x; break;          // signed zeros
+    case 4: for (float& x : v) x = std::numeric_limits<float>::denorm_min() * static_cast<float>(rng() % 9); break;
+    case 5: for (float& x : v) x *= rng() % 2 ? 1e37f : 1e-37f; break;          // huge and tiny
+    default: break;                                                            // normal
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("topk: one rank's reduce keeps exactly the top k of a sort, ties to the lower index") {
+  bellows::archetypes::collective solo;
+  bellows::cpu::executor exec(2);
+  for (int kind = 0; kind <= 5; ++kind) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{640}, std::size_t{70001}}) {
+      for (double ratio : {1e-9, 0.001, 0.01, 0.2, 0.5, 1.0}) {
+        CAPTURE(kind);
+        CAPTURE(n);
+        CAPTURE(ratio);
+        bellows::topk<> c({.ratio = ratio, .feedback = bellows::feedback::none}, exec);
+        auto st = c.make_state({0, "w", bellows::shape{n}});
+        const std::size_t k = st.k();
+        CHECK(k == std::clamp<std::size_t>(static_cast<std::size_t>(std::ceil(ratio * static_cast<double>(n))), 1, n));
+        auto x = edge_data(kind, n);
+        const auto expected = sorted_top(x, k);
+        const auto r = c.reduce(st, x, solo);
+        CHECK(r.status == bellows::step_status::ok);
+        CHECK(x == expected);  // a kept -0 may come out as +0: 0 + -0 is +0
+        CHECK(st.step == 1);
+        CHECK(r.sent.kept == k);
+        if (8 * k >= 4 * n)  // one rank: the dense allreduce of n values and the flag
+          CHECK(r.sent == bellows::traffic{4 * (n + 1), n + 1, k});
+        else
+          CHECK(r.sent.bytes == bellows::detail::sparse_payload_bytes(n, k));
+      }
+    }
+  }
+}
+
+TEST_CASE("topk: the contraction ||x - C(x)||^2 <= (1 - k/n) ||x||^2") {
+  bellows::cpu::executor exec(1);
+  for (int kind : {0, 2, 5}) {
+    for (double ratio : {0.001, 0.01, 0.3}) {
+      const std::size_t n = 20000;
+      bellows::topk<> c({.ratio = ratio, .feedback = bellows::feedback::none}, exec);
+      auto st = c.make_state({0, "w", bellows::shape{n}});
+      const auto x = edge_data(kind, n);
+      payload_storage buf(c.max_payload_bytes(st));
+      std::vector<float> cx(n, 0.0f);
+      REQUIRE(c.decode_add(st, c.encode(st, x, buf.bytes()), cx) == bellows::step_status::ok);
+      double left = 0, whole = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        left += (double{x[i]} - cx[i]) * (double{x[i]} - cx[i]);
+        whole += double{x[i]} * x[i];
+      }
+      CAPTURE(kind);
+      CAPTURE(ratio);
+      CHECK(left <= (1.0 - static_cast<double>(st.k()) / static_cast<double>(n)) * whole);
+    }
+  }
+}
+
+TEST_CASE("topk residual feedback: e = m with zeros where kept; sum of contributions + e_T = sum of g") {
+  // Each step splits m = fl(g + e) exactly into its kept part (the contribution) and the new e,
+  // so sum_t c_t + e_T - sum_t g_t is the sum of the rounding errors of the T additions:
+  // per element at most 2^-24 * sum_t |m_t| (half an ulp each). Sums are taken in double.
+  const std::size_t n = 5000, steps = 40;
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  for (auto kind : {bellows::feedback::residual, bellows::feedback::scaled}) {
+    bellows::topk<> c({.ratio = 0.02, .feedback = kind}, exec);
+    auto st = c.make_state({0, "w", bellows::shape{n}});
+    std::vector<double> sum_g(n, 0.0), sum_c(n, 0.0), bound(n, 0.0);
+    for (std::size_t t = 0; t < steps; ++t) {
+      auto g = bellows::testing::normal_floats(n, 100 + t);
+      std::vector<float> m(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        m[i] = g[i] + st.memory.values()[i];
+        sum_g[i] += g[i];
+        bound[i] += std::abs(double{m[i]}) * 0x1p-24;
+      }
+      REQUIRE(c.reduce(st, g, solo).status == bellows::step_status::ok);  // g is now c_t
+      for (std::size_t i = 0; i < n; ++i) {
+        sum_c[i] += g[i];
+        // Exactly one of the contribution and the memory holds m_i, the other 0.
+        const float e = st.memory.values()[i];
+        CHECK((g[i] == 0.0f ? e == m[i] : (e == 0.0f && g[i] == m[i])));
+      }
+    }
+    std::size_t within = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      within += std::abs(sum_c[i] + st.memory.values()[i] - sum_g[i]) <= bound[i] + 1e-12;
+    CHECK(within == n);
+    CHECK(st.step == steps);
+  }
+}
+
+TEST_CASE("topk: NaN or Inf on one rank gives non_finite on all; gradient, memory and step unchanged") {
+  for (double ratio : {0.01, 0.6}) {  // by allgather, and by the dense allreduce
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+      const std::size_t n = 3000, w = 3;
+      local_group group(w);
+      std::atomic<int> right{0};
+      group.run([&](local& comm) {
+        bellows::cpu::executor exec(1);
+        bellows::topk<> c({.ratio = ratio}, exec);
+        auto st = c.make_state({0, "w", bellows::shape{n}});
+        auto x = bellows::testing::normal_floats(n, comm.rank());
+        (void)c.reduce(st, x, comm);  // a memory that is not zero
+        const auto memory = copy(st.memory.values());
+        auto g = bellows::testing::normal_floats(n, 10 + comm.rank());
+        if (comm.rank() == 2) g[n - 1] = bad;
+        const auto before = g;
+        const auto r = c.reduce(st, g, comm);
+        bool ok = r.status == bellows::step_status::non_finite && same_bits(g, before) &&
+                  same_bits(st.memory.values(), memory) && st.step == 1;
+        if (ok && comm.rank() != 2) {
+          // The next finite step goes on from the unchanged state.
+          ok = c.reduce(st, x, comm).status == bellows::step_status::ok && st.step == 2;
+        }
+        if (comm.rank() == 2) ok = ok && c.reduce(st, x, comm).status == bellows::step_status::ok;
+        if (ok) ++right;
+      });
+      CHECK(right == static_cast<int>(w));
+    }
+  }
+}
+
+TEST_CASE("topk: for W = 1, 2, 3, 8 the output is the average of every rank's decoded payload") {
+  const std::size_t n = 4000;
+  for (std::size_t w : {1u, 2u, 3u, 8u}) {
+    for (double ratio : {0.01, 0.3}) {
+      for (bool dense_switch : {true, false}) {
+        CAPTURE(w);
+        CAPTURE(ratio);
+        CAPTURE(dense_switch);
+        std::vector<std::vector<float>> decoded(w, std::vector<float>(n, 0.0f));
+        std::vector<std::vector<float>> out(w);
+        local_group group(w);
+        bellows::cpu::executor exec(2);
+        group.run([&](local& comm) {
+          bellows::topk<> c({.ratio = ratio, .dense_switch = dense_switch}, exec);
+          auto st = c.make_state({4, "w", bellows::shape{40, 100}});
+          for (int s = 0; s < 3; ++s) {
+            auto x = bellows::testing::normal_floats(n, 31 * comm.rank() + s);
+            auto ahead = st;  // the same state, to see the payload this step sends
+            std::fill(decoded[comm.rank()].begin(), decoded[comm.rank()].end(), 0.0f);
+            (void)c.decode_add(ahead, c.stage(ahead, x, comm.rank()), decoded[comm.rank()]);
+            const auto r = c.reduce(st, x, comm);
+            CHECK(r.status == bellows::step_status::ok);
+            out[comm.rank()] = x;
+          }
+        });
+        // Rank-order float sums, then the division by W: the same operations as the reduce.
+        std::vector<float> expected(n, 0.0f);
+        for (std::size_t r = 0; r < w; ++r)
+          for (std::size_t i = 0; i < n; ++i) expected[i] += decoded[r][i];
+        if (w > 1)
+          for (float& v : expected) v /= static_cast<float>(w);
+        for (std::size_t r = 0; r < w; ++r) CHECK(same_bits(out[r], expected));
+      }
+    }
+  }
+}
+
+TEST_CASE("topk: a malformed payload raises wire_error and leaves the output untouched") {
+  bellows::cpu::executor exec(1);
+  const bellows::topk<> c({.ratio = 0.05, .feedback = bellows::feedback::none}, exec);
+  const std::size_t n = 1000;
+  auto st = c.make_state({0, "fc.w", bellows::shape{n}});
+  payload_storage buf(c.max_payload_bytes(st));
+  const auto x = bellows::testing::normal_floats(n, 1);
+  const auto good = c.encode(st, x, buf.bytes());
+  const std::size_t k = st.k(), head = bellows::wire::header_bytes;
+  REQUIRE(good.size() == bellows::detail::sparse_payload_bytes(n, k));
+  const std::vector<float> before(n, 2.0f);
+  std::vector<float> acc = before;
+  auto changed = [&](auto&& edit) {
+    payload_storage bad(good.size());
+    std::memcpy(bad.bytes().data(), good.data(), good.size());
+    edit(bad.bytes().first(good.size()));
+    return bad;
+  };
+  auto index = [&](std::span<std::byte> p, std::size_t j) { return reinterpret_cast<std::uint32_t*>(p.data() + head) + j; };
+  auto value = [&](std::span<std::byte> p, std::size_t j) { return reinterpret_cast<float*>(p.data() + head + 4 * k) + j; };
+  const std::pair<const char*, std::function<void(std::span<std::byte>)>> edits[] = {
+      {"index", [&](std::span<std::byte> p) { std::swap(*index(p, 3), *index(p, 4)); }},           // descending
+      {"index", [&](std::span<std::byte> p) { *index(p, 5) = *index(p, 4); }},                     // repeated
+      {"index", [&](std::span<std::byte> p) { *index(p, k - 1) = static_cast<std::uint32_t>(n); }},  // out of range
+      {"non-finite", [&](std::span<std::byte> p) { *value(p, 7) = std::numeric_limits<float>::infinity(); }},
+      {"entries", [&](std::span<std::byte> p) { p[16] = std::byte{static_cast<unsigned char>(k - 1)}; }},  // count
+      {"flagged", [&](std::span<std::byte> p) { p[7] = std::byte{2}; }},                          // flag with entries
+      {"indices", [&](std::span<std::byte> p) { p[7] = std::byte{1}; }},                          // 64-bit indices
+      {"param", [&](std::span<std::byte> p) { p[24] = std::byte{1}; }},
+  };
+  for (const auto& edit : edits) {
+    CAPTURE(edit.first);
+    auto bad = changed(edit.second);
+    CHECK_THROWS_WITH_AS((void)c.decode_add(st, bad.bytes().first(good.size()), acc),
+                         doctest::Contains(edit.first), bellows::wire_error);
+  }
+  CHECK_THROWS_AS((void)c.validate(st, good.first(good.size() - 8)), bellows::wire_error);
+  CHECK_THROWS_AS((void)c.validate(st, good.first(head)), bellows::wire_error);
+  CHECK(acc == before);
+  CHECK(c.decode_add(st, good, acc) == bellows::step_status::ok);
+}
+
+TEST_CASE("topk: bad configuration raises bellows::error naming the layer and the value") {
+  bellows::cpu::executor exec(1);
+  const bellows::layer_info layer{0, "conv1.weight", bellows::shape{64, 3, 3, 3}};
+  struct bad_case {
+    bellows::topk_params params;
+    const char* value;
+  };
+  for (const bad_case& b : {bad_case{{.ratio = 0.0}, "got 0"}, bad_case{{.ratio = 1.5}, "1.5"},
+                            bad_case{{.ratio = -0.25}, "-0.25"}, bad_case{{.ratio = std::nan("")}, "nan"},
+                            bad_case{{.k = -3}, "-3"}}) {
+    CAPTURE(b.value);
+    const bellows::topk<> c(b.params, exec);
+    CHECK_THROWS_WITH_AS((void)c.make_state(layer), doctest::Contains(b.value), bellows::error);
+    CHECK_THROWS_WITH_AS((void)c.make_state(layer), doctest::Contains("conv1.weight"), bellows::error);
+  }
+  CHECK_THROWS_AS((void)bellows::topk<>({}, exec).make_state({0, "empty", bellows::shape{0}}), bellows::error);
+  // A buffer of another length names the layer too.
+  bellows::topk<> c({}, exec);
+  auto st = c.make_state(layer);
+  std::vector<float> x(10);
+  CHECK_THROWS_WITH_AS((void)c.stage(st, x), doctest::Contains("conv1.weight"), bellows::error);
+}
+
+TEST_CASE("topk: k = clamp(ceil(ratio * n), 1, n) as a decimal ratio reads; an explicit k at most n") {
+  bellows::cpu::executor exec(1);
+  auto k_of = [&](bellows::topk_params p, std::size_t n) {
+    return bellows::topk<>(p, exec).make_state({0, "w", bellows::shape{n}}).k();
+  };
+  CHECK(k_of({.ratio = 0.07}, 100) == 7);
+  CHECK(k_of({.ratio = 0.29}, 100) == 29);
+  CHECK(k_of({.ratio = 0.01}, 1000) == 10);
+  CHECK(k_of({.ratio = 0.01}, 1001) == 11);
+  CHECK(k_of({.ratio = 0.001}, 10) == 1);
+  CHECK(k_of({.ratio = 1.0}, 33) == 33);
+  CHECK(k_of({.ratio = 0.5, .k = 5}, 100) == 5);
+  CHECK(k_of({.k = 500}, 100) == 100);
+}
+
+TEST_CASE("topk approximate: keeps between k and ceil(1.25 k) and reports the count kept") {
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  bellows::topk<> c({.ratio = 0.01, .mode = bellows::topk_mode::approximate, .feedback = bellows::feedback::none}, exec);
+  const std::size_t n = 400000;
+  auto st = c.make_state({0, "w", bellows::shape{n}});
+  const std::size_t k = st.k();
+  bool beyond_k = false;
+  for (int s = 0; s < 5; ++s) {
+    auto x = bellows::testing::normal_floats(n, 60 + static_cast<unsigned>(s));
+    const auto r = c.reduce(st, x, solo);
+    const auto kept = static_cast<std::size_t>(std::count_if(x.begin(), x.end(), [](float v) { return v != 0.0f; }));
+    CHECK(r.sent.kept == kept);
+    CHECK(kept >= k);
+    CHECK(kept <= k + (k + 3) / 4);
+    CHECK(r.sent.bytes == bellows::detail::sparse_payload_bytes(n, kept));
+    beyond_k |= kept > k;
+  }
+  CHECK(beyond_k);
+}
+
+TEST_CASE("topk: a state serves another ratio (Accordion's levels) and keeps its memory") {
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  bellows::topk<> low({.ratio = 0.5}, exec), high({.ratio = 0.01}, exec);
+  const std::size_t n = 10000;
+  auto st = low.make_state({0, "w", bellows::shape{n}});
+  auto x = bellows::testing::normal_floats(n, 1);
+  (void)high.reduce(st, x, solo);
+  CHECK(st.k() == 100);
+  const auto memory = copy(st.memory.values());
+  x = bellows::testing::normal_floats(n, 2);
+  std::vector<float> m(n);
+  for (std::size_t i = 0; i < n; ++i) m[i] = x[i] + memory[i];
+  (void)low.reduce(st, x, solo);
+  CHECK(st.k() == 5000);
+  CHECK(same_bits(x, sorted_top(m, 5000)));
+  CHECK(st.step == 2);
+  bellows::topk<> none({.feedback = bellows::feedback::none}, exec);
+  CHECK_THROWS_WITH_AS((void)none.reduce(st, x, solo), doctest::Contains("feedback"), bellows::error);
+}
+
+TEST_CASE("topk: steady-state steps allocate nothing") {
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  for (double ratio : {0.01, 0.7}) {
+    bellows::topk<> c({.ratio = ratio}, exec);
+    auto st = c.make_state({0, "w", bellows::shape{50000}});
+    auto x = bellows::testing::normal_floats(50000, 3);
+    (void)c.reduce(st, x, solo);
+    const std::size_t before = bellows::testing::allocations;
+    for (int s = 0; s < 4; ++s) {
+      x = bellows::testing::normal_floats(50000, 4);  // allocates; not counted below
+      const std::size_t mark = bellows::testing::allocations;
+      (void)c.reduce(st, x, solo);
+      (void)c.stage(st, x);
+      c.commit(st);
+      CHECK(bellows::testing::allocations == mark);
+    }
+    CHECK(bellows::testing::allocations > before);
+  }
+}
+
+TEST_CASE("topk: stage changes nothing until commit; commit needs a finite staged step") {
+  bellows::cpu::executor exec(1);
+  bellows::topk<> c({.ratio = 0.1}, exec);
+  auto st = c.make_state({0, "w", bellows::shape{100}});
+  CHECK_THROWS_WITH_AS(c.commit(st), doctest::Contains("no staged step"), bellows::error);
+  auto x = bellows::testing::normal_floats(100, 5);
+  const auto payload = c.stage(st, x);
+  CHECK(payload.size() == c.max_payload_bytes(st));
+  CHECK(std::all_of(st.memory.values().begin(), st.memory.values().end(), [](float v) { return v == 0.0f; }));
+  CHECK(st.step == 0);
+  c.commit(st);
+  CHECK(st.step == 1);
+  CHECK(std::count(st.memory.values().begin(), st.memory.values().end(), 0.0f) == 10);
+  CHECK_THROWS_AS(c.commit(st), bellows::error);
+  x[3] = std::numeric_limits<float>::infinity();
+  CHECK(c.validate(st, c.stage(st, x)) == bellows::step_status::non_finite);
+  CHECK_THROWS_AS(c.commit(st), bellows::error);
+}
+
+TEST_CASE("topk: save and load restore the step and the memory") {
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  bellows::topk<> c({.ratio = 0.1}, exec);
+  auto st = c.make_state({0, "w", bellows::shape{300}});
+  auto x = bellows::testing::normal_floats(300, 6);
+  (void)c.reduce(st, x, solo);
+  bellows::checkpoint_writer w;
+  c.save(st, w);
+  auto restored = c.make_state({0, "w", bellows::shape{300}});
+  bellows::checkpoint_reader r(w.bytes());
+  c.load(restored, r);
+  r.finish();
+  CHECK(restored.step == 1);
+  CHECK(same_bits(restored.memory.values(), st.memory.values()));
+  auto other = c.make_state({0, "w", bellows::shape{301}});
+  bellows::checkpoint_reader wrong(w.bytes());
+  CHECK_THROWS_AS(c.load(other, wrong), bellows::wire_error);
+  CHECK(other.step == 0);
+}
