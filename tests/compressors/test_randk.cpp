@@ -225,6 +225,18 @@ TEST_CASE("randk: bad configuration and bad payloads are refused") {
   CHECK(std::all_of(acc.begin(), acc.end(), [](float v) { return v == 0.0f; }));
 }
 
+TEST_CASE("randk: a layer with no elements keeps nothing") {
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  for (auto mode : {bellows::randk_mode::shared, bellows::randk_mode::per_rank}) {
+    bellows::randk<> c({.mode = mode}, exec);
+    auto st = c.make_state({0, "empty", bellows::shape{0}});
+    std::vector<float> none;
+    CHECK(c.reduce(st, none, solo).status == bellows::step_status::ok);
+    CHECK(st.k() == 0);
+  }
+}
+
 TEST_CASE("randk: steady-state steps allocate nothing") {
   bellows::cpu::executor exec(1);
   bellows::archetypes::collective solo;

@@ -275,12 +275,24 @@ TEST_CASE("topk: bad configuration raises bellows::error naming the layer and th
     CHECK_THROWS_WITH_AS((void)c.make_state(layer), doctest::Contains(b.value), bellows::error);
     CHECK_THROWS_WITH_AS((void)c.make_state(layer), doctest::Contains("conv1.weight"), bellows::error);
   }
-  CHECK_THROWS_AS((void)bellows::topk<>({}, exec).make_state({0, "empty", bellows::shape{0}}), bellows::error);
   // A buffer of another length names the layer too.
   bellows::topk<> c({}, exec);
   auto st = c.make_state(layer);
   std::vector<float> x(10);
   CHECK_THROWS_WITH_AS((void)c.stage(st, x), doctest::Contains("conv1.weight"), bellows::error);
+}
+
+TEST_CASE("topk: a layer with no elements keeps nothing") {
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  for (double ratio : {0.01, 1.0}) {
+    bellows::topk<> c({.ratio = ratio}, exec);
+    auto st = c.make_state({0, "empty", bellows::shape{4, 0}});
+    CHECK(st.k() == 0);
+    std::vector<float> none;
+    CHECK(c.reduce(st, none, solo).status == bellows::step_status::ok);
+    CHECK(c.validate(st, c.stage(st, none)) == bellows::step_status::ok);
+  }
 }
 
 TEST_CASE("topk: k = clamp(ceil(ratio * n), 1, n) as a decimal ratio reads; an explicit k at most n") {

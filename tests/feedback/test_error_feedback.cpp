@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <bellows/compressors/topk.hpp>
 #include <bellows/feedback/error_feedback.hpp>
 
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <vector>
 
 #include "../support/random.hpp"
@@ -58,4 +60,33 @@ TEST_CASE("error_feedback: layers out of order and buffers of the wrong size are
   CHECK_THROWS_WITH_AS(ef.compensate(0, g), doctest::Contains("fc"), bellows::error);
   CHECK_THROWS_AS(ef.compensate(1, g), bellows::error);
   CHECK_THROWS_AS(ef.set_learning_rate(0.0f), bellows::error);
+}
+
+TEST_CASE("error_feedback composed with a top-k codec gives the fused top-k memory, bit for bit") {
+  // compensate, encode, decode this rank's own payload, update: the path of a trainer with its
+  // own transport. Top-k's reduce fuses the same steps into its selection pass.
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  const std::size_t n = 3000;
+  const bellows::layer_info layer{0, "fc", bellows::shape{n}};
+  bellows::topk<> fused({.ratio = 0.02}, exec);
+  const bellows::topk<> codec({.ratio = 0.02, .feedback = bellows::feedback::none}, exec);
+  bellows::error_feedback ef(bellows::feedback::residual, exec);
+  ef.add_layer(layer);
+  auto fused_state = fused.make_state(layer);
+  auto codec_state = codec.make_state(layer);
+  std::vector<std::uint64_t> storage((codec.max_payload_bytes(codec_state) + 7) / 8);
+  for (std::uint64_t t = 0; t < 20; ++t) {
+    const auto g = bellows::testing::normal_floats(n, 70 + t);
+    std::vector<float> m = g, contribution(n, 0.0f);
+    ef.compensate(0, m);
+    const auto payload = codec.encode(codec_state, m, std::as_writable_bytes(std::span(storage)));
+    REQUIRE(codec.decode_add(codec_state, payload, contribution) == bellows::step_status::ok);
+    ef.update(0, m, contribution);
+    ++codec_state.step;
+    auto x = g;
+    REQUIRE(fused.reduce(fused_state, x, solo).status == bellows::step_status::ok);
+    CHECK(std::memcmp(x.data(), contribution.data(), n * sizeof(float)) == 0);
+    CHECK(std::memcmp(fused_state.memory.values().data(), ef.memory(0).values().data(), n * sizeof(float)) == 0);
+  }
 }

@@ -68,8 +68,8 @@ struct select_plan {
 /// and, when k > n / 8, t_hi at rank floor(h - z sd) - 1. The workspace holds twice the
 /// expected candidates plus 1024.
 [[nodiscard]] inline select_plan plan_select(std::size_t n, std::size_t k, std::size_t max_count) {
-  BELLOWS_EXPECTS(k >= 1 && k <= max_count && max_count <= n, "plan_select: keeping ", k, " to ",
-                  max_count, " of ", n, " elements");
+  BELLOWS_EXPECTS((k >= 1 || n == 0) && k <= max_count && max_count <= n, "plan_select: keeping ",
+                  k, " to ", max_count, " of ", n, " elements");
   select_plan p{n, k, max_count, 0, 0, 0, 0};
   if (k == n) return p;
   p.sample = std::min(n, std::clamp<std::size_t>(n / 256, 2048, 32768));
@@ -405,6 +405,10 @@ template <bool Compensate, class Arrays>
 bool select_top(executor& exec, const select_plan& plan, const philox::stream& draw, const float* g,
                 const float* e, float* staged, select_workspace& ws, Arrays&& arrays) {
   const std::size_t n = plan.n, k = plan.k;
+  if (n == 0) {
+    (void)arrays(0);
+    return true;
+  }
   if (plan.sample != 0) {
     // Step 1: one element from each of `sample` strata.
     const std::size_t s = plan.sample;

@@ -27,20 +27,19 @@
 namespace bellows::detail {
 
 /// k for a layer (SPEC.md, shared rules): `count` when it is > 0 (at most n), else
-/// clamp(ceil(ratio * n), 1, n) with ratio in (0, 1]. The product is computed in double and
-/// reduced by a relative 2^-50 before the ceiling, so that a ratio written in decimal gives the
-/// k of that decimal (0.07 of 100 elements is 7, though the double nearest 0.07 exceeds it).
-/// Raises bellows::error naming the layer and the value for a negative count, a ratio outside
-/// (0, 1], or a layer with no elements.
+/// clamp(ceil(ratio * n), 1, n) with ratio in (0, 1]; 0 for a layer with no elements. The
+/// product is computed in double and reduced by a relative 2^-50 before the ceiling, so that a
+/// ratio written in decimal gives the k of that decimal (0.07 of 100 elements is 7, though the
+/// double nearest 0.07 exceeds it). Raises bellows::error naming the layer and the value for a
+/// negative count or a ratio outside (0, 1].
 [[nodiscard]] inline std::size_t kept_count(std::string_view who, const layer_info& layer,
                                             double ratio, std::int64_t count) {
   const std::size_t n = layer.size();
-  BELLOWS_EXPECTS(n >= 1, who, ": layer '", layer.name, "' of shape ", layer.shape.to_string(),
-                  " has no elements");
   BELLOWS_EXPECTS(count >= 0, who, ": layer '", layer.name, "': k must not be negative, got ", count);
-  if (count > 0) return std::min(n, static_cast<std::size_t>(count));
-  BELLOWS_EXPECTS(ratio > 0 && ratio <= 1, who, ": layer '", layer.name,
+  BELLOWS_EXPECTS(count > 0 || (ratio > 0 && ratio <= 1), who, ": layer '", layer.name,
                   "': ratio must be in (0, 1], got ", ratio);
+  if (n == 0) return 0;
+  if (count > 0) return std::min(n, static_cast<std::size_t>(count));
   const double product = ratio * static_cast<double>(n);
   const double k = std::ceil(product - product * 0x1p-50);
   return std::clamp(static_cast<std::size_t>(k), std::size_t{1}, n);
