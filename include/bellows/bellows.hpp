@@ -5,6 +5,8 @@
 #include "bellows/collectives/counting.hpp"
 #include "bellows/collectives/local.hpp"
 #include "bellows/compressors/identity.hpp"
+#include "bellows/compressors/powersgd.hpp"
+#include "bellows/compressors/qsgd.hpp"
 #include "bellows/concepts.hpp"
 #include "bellows/core/config.hpp"
 #include "bellows/core/error.hpp"
