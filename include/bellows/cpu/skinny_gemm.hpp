@@ -138,7 +138,7 @@ inline constexpr std::size_t row_block = 4;
 /// [j0, j1); the R products are added as a balanced tree, then to the accumulator.
 template <std::size_t R, std::size_t K, bool Memory>
 void axpy_rows(const compensated_matrix& M, std::size_t i, const float* p, std::size_t n,
-               float* q, std::size_t j0, std::size_t j1) noexcept {
+               float* q, std::size_t j0, std::size_t j1, bool prefetch) noexcept {
   const std::size_t m = M.cols;
   const float* g[R];
   const float* e[R];
@@ -156,7 +156,7 @@ void axpy_rows(const compensated_matrix& M, std::size_t i, const float* p, std::
     float x[R][lane_width];
     _Pragma("GCC unroll 8")
     for (std::size_t r = 0; r < R; ++r) {
-      prefetch_lanes<Memory>(shifted(g[r] + j, ahead), Memory ? shifted(e[r] + j, ahead) : nullptr);
+      if (prefetch) prefetch_lanes<Memory>(shifted(g[r] + j, ahead), Memory ? shifted(e[r] + j, ahead) : nullptr);
       load_lanes<Memory>(g[r] + j, Memory ? e[r] + j : nullptr, x[r]);
     }
     _Pragma("GCC unroll 8")
@@ -188,11 +188,11 @@ void axpy_rows_all_ranks(const compensated_matrix& M, std::size_t i, std::span<c
   const std::size_t n = M.rows, m = M.cols;
   std::size_t k = 0;
   for (; k + rank_block <= rank; k += rank_block)
-    axpy_rows<R, rank_block, Memory>(M, i, p.data() + k * n, n, q.data() + k * m, j0, j1);
+    axpy_rows<R, rank_block, Memory>(M, i, p.data() + k * n, n, q.data() + k * m, j0, j1, k == 0);
   switch (rank - k) {
-    case 3: axpy_rows<R, 3, Memory>(M, i, p.data() + k * n, n, q.data() + k * m, j0, j1); break;
-    case 2: axpy_rows<R, 2, Memory>(M, i, p.data() + k * n, n, q.data() + k * m, j0, j1); break;
-    case 1: axpy_rows<R, 1, Memory>(M, i, p.data() + k * n, n, q.data() + k * m, j0, j1); break;
+    case 3: axpy_rows<R, 3, Memory>(M, i, p.data() + k * n, n, q.data() + k * m, j0, j1, k == 0); break;
+    case 2: axpy_rows<R, 2, Memory>(M, i, p.data() + k * n, n, q.data() + k * m, j0, j1, k == 0); break;
+    case 1: axpy_rows<R, 1, Memory>(M, i, p.data() + k * n, n, q.data() + k * m, j0, j1, k == 0); break;
     default: break;
   }
 }
