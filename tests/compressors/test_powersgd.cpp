@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../support/random.hpp"
+#include "powersgd_torch_reference.hpp"
 
 namespace {
 
@@ -402,4 +403,40 @@ TEST_CASE("powersgd: bad configuration raises bellows::error naming the value") 
   bellows::powersgd<> c({.rank = 2});
   auto st = c.make_state({0, "fc.weight", bellows::shape{50, 40}});
   CHECK_THROWS_WITH_AS(c.set_rank(st, 0), doctest::Contains("fc.weight"), bellows::error);
+}
+
+TEST_CASE("powersgd: two steps agree with PyTorch's hook arithmetic from the same query") {
+  // powersgd_torch_reference.hpp holds g, the initial Q and torch's out and e after each of two
+  // steps (error feedback, warm start, one rank), made by powersgd_torch_reference.py. torch
+  // orthogonalises by QR above rank 2: its columns may differ in sign, P Q^T does not.
+  namespace ref = powersgd_torch_reference;
+  const std::size_t n = ref::rows, m = ref::cols;
+  struct torch_case {
+    std::size_t rank;
+    const float *q0, *out1, *e1, *out2, *e2;
+  };
+  const torch_case cases[] = {
+      {1, ref::q0_rank1, ref::out1_rank1, ref::e1_rank1, ref::out2_rank1, ref::e2_rank1},
+      {3, ref::q0_rank3, ref::out1_rank3, ref::e1_rank3, ref::out2_rank3, ref::e2_rank3}};
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  for (const torch_case& t : cases) {
+    CAPTURE(t.rank);
+    bellows::powersgd<> c({.rank = t.rank}, exec);
+    auto st = c.make_state({0, "fc", bellows::shape{n, m}});
+    REQUIRE(st.query.size() == m * t.rank);
+    std::copy_n(t.q0, m * t.rank, st.query.begin());
+    const float* g[] = {ref::g1, ref::g2};
+    const float* out[] = {t.out1, t.out2};
+    const float* e[] = {t.e1, t.e2};
+    for (std::size_t s = 0; s < 2; ++s) {
+      CAPTURE(s);
+      std::vector<float> x(g[s], g[s] + n * m);
+      REQUIRE(c.reduce(st, x, solo).status == bellows::step_status::ok);
+      for (std::size_t i = 0; i < n * m; ++i) {
+        CHECK(std::abs(x[i] - out[s][i]) <= 2e-5);
+        CHECK(std::abs(st.memory.values()[i] - e[s][i]) <= 2e-5);
+      }
+    }
+  }
 }
