@@ -5,6 +5,8 @@
 #include <bellows/compressors/identity.hpp>
 #include <bellows/compressors/powersgd.hpp>
 #include <bellows/compressors/qsgd.hpp>
+#include <bellows/compressors/randk.hpp>
+#include <bellows/compressors/topk.hpp>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -142,7 +144,7 @@ TEST_CASE("cli: --help lists every method and exits 0; --version prints the vers
   const outcome help = bench(s, "--help");
   CHECK(help.code == 0);
   CHECK(help.out.find(usage) != std::string::npos);
-  for (const char* m : {"identity", "powersgd", "qsgd"}) CHECK(help.out.find(std::string("\n  ") + m + " ") != std::string::npos);
+  for (const char* m : {"identity", "topk", "randk", "powersgd", "qsgd"}) CHECK(help.out.find(std::string("\n  ") + m + " ") != std::string::npos);
   CHECK(help.out.find("Every rank holds the same gradient") != std::string::npos);
   const outcome version = bench(s, "--version");
   CHECK(version.code == 0);
@@ -395,6 +397,9 @@ TEST_CASE("cli: a method's bad configuration is a usage error naming the method 
       {g + "--method qsgd --norm l1", "--norm"},
       {g + "--method powersgd --rank two", "--method powersgd: Could not convert: --rank = two"},
       {g + "--ratio 0.1 --method powersgd", "--ratio"},
+      {g + "--method topk --ratio 0", "--method topk: topk: layer 'g': ratio must be in (0, 1], got 0"},
+      {g + "--method randk --ratio 1.5", "--method randk: randk: layer 'g': ratio must be in (0, 1], got 1.5"},
+      {g + "--method randk --unbiased --error-feedback residual", "unbiased scaling needs feedback none"},
   };
   for (const auto& [args, phrase] : cases) {
     CAPTURE(args);
@@ -403,5 +408,63 @@ TEST_CASE("cli: a method's bad configuration is a usage error naming the method 
     CHECK(o.err.find(phrase) != std::string::npos);
     CHECK(o.err.find(usage) != std::string::npos);
     if (o.err.find(phrase) == std::string::npos) MESSAGE(o.err);
+  }
+}
+
+TEST_CASE("cli: topk round trip against the library: exact and approximate, with and without memory") {
+  scratch s;
+  const bellows::shape shape{40, 25};
+  std::vector<std::vector<float>> grads;
+  for (std::uint64_t f = 0; f < 3; ++f) {
+    grads.push_back(bellows::testing::normal_floats(shape.size(), 50 + f));
+    npy::write(s / ("g" + std::to_string(f) + ".npy"), shape, grads.back());
+  }
+  const std::string files = "'" + (s / "g0.npy") + "' '" + (s / "g1.npy") + "' '" + (s / "g2.npy") + "' ";
+  for (const std::size_t w : {1u, 3u}) {
+    CAPTURE(w);
+    const outcome o = bench(s, files + "--seed 3 --json --workers " + std::to_string(w) +
+                                   " --method topk --ratio 0.05 --method topk --ratio 0.02 --error-feedback none"
+                                   " --method topk --ratio 0.05 --approximate");
+    REQUIRE(o.code == 0);
+    const json doc = json::parse(o.out);
+    CHECK(doc["config"]["steps"] == 3);
+    CHECK(doc["methods"][0]["params"] == json{{"ratio", 0.05}, {"mode", "exact"}, {"error_feedback", "residual"}});
+    CHECK(doc["methods"][0]["kept"] == 50.0);
+    check_against(doc["methods"][0], direct(grads, shape, w, 3, [](bellows::cpu::executor& e) {
+                    return bellows::topk<>({.ratio = 0.05, .seed = 3}, e);
+                  }), shape.size());
+    check_against(doc["methods"][1], direct(grads, shape, w, 3, [](bellows::cpu::executor& e) {
+                    return bellows::topk<>({.ratio = 0.02, .feedback = bellows::feedback::none, .seed = 3}, e);
+                  }), shape.size());
+    check_against(doc["methods"][2], direct(grads, shape, w, 3, [](bellows::cpu::executor& e) {
+                    return bellows::topk<>({.ratio = 0.05, .mode = bellows::topk_mode::approximate, .seed = 3}, e);
+                  }), shape.size());
+  }
+}
+
+TEST_CASE("cli: randk round trip against the library: shared, per-rank, unbiased") {
+  scratch s;
+  const bellows::shape shape{1000};
+  const std::vector<std::vector<float>> grads{bellows::testing::normal_floats(shape.size(), 60)};
+  npy::write(s / "g.npy", shape, grads[0]);
+  for (const std::size_t w : {1u, 3u}) {
+    CAPTURE(w);
+    const outcome o = bench(s, "'" + (s / "g.npy") + "' --steps 2 --seed 8 --json --workers " + std::to_string(w) +
+                                   " --method randk --ratio 0.1 --method randk --ratio 0.1 --per-rank"
+                                   " --method randk --ratio 0.1 --unbiased");
+    REQUIRE(o.code == 0);
+    const json doc = json::parse(o.out);
+    CHECK(doc["methods"][2]["params"] ==
+          json{{"ratio", 0.1}, {"mode", "shared"}, {"unbiased", true}, {"error_feedback", "none"}});
+    check_against(doc["methods"][0], direct(grads, shape, w, 2, [](bellows::cpu::executor& e) {
+                    return bellows::randk<>({.ratio = 0.1, .seed = 8}, e);
+                  }), shape.size());
+    check_against(doc["methods"][1], direct(grads, shape, w, 2, [](bellows::cpu::executor& e) {
+                    return bellows::randk<>({.ratio = 0.1, .mode = bellows::randk_mode::per_rank, .seed = 8}, e);
+                  }), shape.size());
+    check_against(doc["methods"][2], direct(grads, shape, w, 2, [](bellows::cpu::executor& e) {
+                    return bellows::randk<>(
+                        {.ratio = 0.1, .unbiased = true, .feedback = bellows::feedback::none, .seed = 8}, e);
+                  }), shape.size());
   }
 }

@@ -93,8 +93,9 @@ std::string methods_help() {
     method_args defaults;
     m.add_options(sub, defaults);
     for (const CLI::Option* o : sub.get_options()) {
+      constexpr std::size_t column = 30;
       std::string line = "      " + o->get_name() + " " + o->get_type_name();
-      line += std::string(std::max<std::size_t>(28 - std::min<std::size_t>(line.size(), 27), 1), ' ');
+      line += line.size() < column ? std::string(column - line.size(), ' ') : "\n" + std::string(column, ' ');
       line += o->get_description();
       if (!o->get_default_str().empty()) line += " (default " + o->get_default_str() + ")";
       s += line + "\n";

@@ -16,6 +16,8 @@
 #include "bellows/compressors/identity.hpp"
 #include "bellows/compressors/powersgd.hpp"
 #include "bellows/compressors/qsgd.hpp"
+#include "bellows/compressors/randk.hpp"
+#include "bellows/compressors/topk.hpp"
 #include "bellows/feedback/error_feedback.hpp"
 #include "bellows/core/shape.hpp"
 #include "bellows/cpu/executor.hpp"
@@ -27,6 +29,10 @@ namespace bellows::tool {
 struct method_args {
   std::string feedback;     ///< "residual", "none", or empty for the method's own default
   std::uint64_t seed = 0;   ///< keys the method's random choices (the global --seed)
+  double ratio = topk_params{}.ratio;
+  bool approximate = false;  ///< top-k's approximate mode
+  bool per_rank = false;     ///< rand-k's per-rank mode
+  bool unbiased = false;     ///< rand-k's n / k scaling
   std::size_t rank = powersgd_params{}.rank;
   unsigned bits = qsgd_params{}.bits;
   std::size_t bucket = qsgd_params{}.bucket;
@@ -60,6 +66,11 @@ method_result run_with(const method_args& a, const run_request& req) {
   return a.feedback.empty() ? fallback : a.feedback == "none" ? bellows::feedback::none : bellows::feedback::residual;
 }
 
+/// Rand-k's memory: unbiased scaling works only without one, so --unbiased changes the default.
+[[nodiscard]] inline bellows::feedback randk_feedback(const method_args& a) {
+  return feedback_or(a, a.unbiased ? bellows::feedback::none : randk_params{}.feedback);
+}
+
 /// The --error-feedback option of a method whose default memory is `fallback`.
 inline void add_feedback(CLI::App& app, method_args& a, bellows::feedback fallback) {
   app.add_option("--error-feedback", a.feedback,
@@ -81,6 +92,50 @@ constexpr method entry(std::string_view name, std::string_view summary, Options,
           "identity", "plain averaging by allreduce: the uncompressed baseline",
           [](CLI::App&, method_args&) {}, [](const method_args&) { return nlohmann::ordered_json::object(); },
           [](const method_args&, cpu::executor& e) { return bellows::identity<>(e); }),
+      detail::entry(
+          "topk", "the ceil(ratio n) largest |x|, as indices and values; allgather",
+          [](CLI::App& app, method_args& a) {
+            app.add_option("--ratio", a.ratio, "fraction of the elements kept, in (0, 1]")->capture_default_str();
+            app.add_flag("--approximate", a.approximate, "keep between k and 1.25 k of the largest, when cheaper");
+            detail::add_feedback(app, a, topk_params{}.feedback);
+          },
+          [](const method_args& a) {
+            return nlohmann::ordered_json{
+                {"ratio", a.ratio},
+                {"mode", to_string(a.approximate ? topk_mode::approximate : topk_mode::exact)},
+                {"error_feedback", to_string(detail::feedback_or(a, topk_params{}.feedback))}};
+          },
+          [](const method_args& a, cpu::executor& e) {
+            return bellows::topk<>({.ratio = a.ratio,
+                                    .mode = a.approximate ? topk_mode::approximate : topk_mode::exact,
+                                    .feedback = detail::feedback_or(a, topk_params{}.feedback),
+                                    .seed = a.seed},
+                                   e);
+          }),
+      detail::entry(
+          "randk", "ceil(ratio n) elements drawn uniformly; shared: allreduce, per-rank: allgather",
+          [](CLI::App& app, method_args& a) {
+            app.add_option("--ratio", a.ratio, "fraction of the elements kept, in (0, 1]")->capture_default_str();
+            app.add_flag("--per-rank", a.per_rank, "each rank draws its own indices (default: shared)");
+            app.add_flag("--unbiased", a.unbiased,
+                         "scale the kept values by n / k; the default memory becomes none, as it must");
+            detail::add_feedback(app, a, randk_params{}.feedback);
+          },
+          [](const method_args& a) {
+            return nlohmann::ordered_json{
+                {"ratio", a.ratio},
+                {"mode", to_string(a.per_rank ? randk_mode::per_rank : randk_mode::shared)},
+                {"unbiased", a.unbiased},
+                {"error_feedback", to_string(detail::randk_feedback(a))}};
+          },
+          [](const method_args& a, cpu::executor& e) {
+            return bellows::randk<>({.ratio = a.ratio,
+                                     .mode = a.per_rank ? randk_mode::per_rank : randk_mode::shared,
+                                     .unbiased = a.unbiased,
+                                     .feedback = detail::randk_feedback(a),
+                                     .seed = a.seed},
+                                    e);
+          }),
       detail::entry(
           "powersgd", "rank-r factors P, Q of the n x m matrix (n = first axis); two allreduces",
           [](CLI::App& app, method_args& a) {
