@@ -5,22 +5,31 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <vector>
 
+#include "../support/random.hpp"
+
 namespace {
 
+/// The indices of a draw, through draw_sample and gather_sample.
 std::vector<std::uint32_t> draw(const bellows::cpu::sample_plan& plan, std::uint64_t seed,
                                 std::uint32_t step = 0) {
   bellows::cpu::executor exec(1);
   bellows::cpu::sample_workspace ws(plan);
-  std::vector<std::uint32_t> out(plan.k);
-  bellows::cpu::sample_indices(exec, plan, bellows::philox::stream{seed, step, 2, 0}, ws, std::span(out));
+  std::vector<std::uint32_t> index(plan.k);
+  std::vector<float> value(plan.k);
+  const std::vector<float> g(plan.n, 1.0f);
+  bellows::cpu::draw_sample(exec, plan, bellows::philox::stream{seed, step, 2, 0}, ws);
+  CHECK(bellows::cpu::gather_sample(exec, plan, ws, g, {}, {},
+                                    bellows::cpu::sparse_arrays<std::uint32_t>{index, value}));
   // The workspace is left clean for the next draw.
   CHECK(std::all_of(ws.chosen.begin(), ws.chosen.end(), [](std::uint64_t w) { return w == 0; }));
   CHECK(std::all_of(ws.dropped.begin(), ws.dropped.end(), [](std::uint64_t w) { return w == 0; }));
-  return out;
+  return index;
 }
 
 bool distinct_ascending_below(const std::vector<std::uint32_t>& v, std::uint64_t n) {
@@ -39,8 +48,9 @@ double chi_square_critical(double dof, double z) {
 
 }  // namespace
 
-TEST_CASE("sample_indices: k distinct ascending indices below n, for every k including 0 and n") {
-  for (std::uint64_t n : {1u, 2u, 3u, 64u, 65u, 1000u, 100003u}) {
+TEST_CASE("draw_sample: k distinct ascending indices below n, for every k including 0 and n") {
+  for (std::uint64_t n : {std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{3}, std::uint64_t{64},
+                         std::uint64_t{65}, std::uint64_t{1000}, 3 * bellows::cpu::sparse_chunk + 7}) {
     for (std::uint64_t k : {std::uint64_t{0}, std::uint64_t{1}, n / 100, n / 3, n / 2, n / 2 + 1, n - 1, n}) {
       if (k > n) continue;
       CAPTURE(n);
@@ -55,7 +65,7 @@ TEST_CASE("sample_indices: k distinct ascending indices below n, for every k inc
   }
 }
 
-TEST_CASE("sample_indices: extra rounds when the first batch yields too few distinct indices") {
+TEST_CASE("draw_sample: extra rounds when the first batch yields too few distinct indices") {
   // A batch of chosen + 1 proposals almost never has enough distinct ones at this density.
   for (std::uint64_t k : {std::uint64_t{300}, std::uint64_t{700}}) {
     auto plan = bellows::cpu::plan_sample(1000, k);
@@ -68,14 +78,14 @@ TEST_CASE("sample_indices: extra rounds when the first batch yields too few dist
   }
 }
 
-TEST_CASE("sample_indices: another seed, step or rank gives another draw") {
+TEST_CASE("draw_sample: another seed, step or rank gives another draw") {
   const auto plan = bellows::cpu::plan_sample(100000, 1000);
   const auto a = draw(plan, 1), b = draw(plan, 2), c = draw(plan, 1, 1);
   CHECK(a != b);
   CHECK(a != c);
 }
 
-TEST_CASE("sample_indices: index frequencies are uniform (chi-square, false alarm 1e-6)") {
+TEST_CASE("draw_sample: index frequencies are uniform (chi-square, false alarm 1e-6)") {
   // z = 4.753 is the standard normal point of 1e-6. Every index should be kept k / n of the
   // draws; without replacement, sum (O_i - E)^2 / (E (1 - k/n)) * (n - 1) / n follows a
   // chi-square law with n - 1 degrees of freedom.
@@ -99,7 +109,7 @@ TEST_CASE("sample_indices: index frequencies are uniform (chi-square, false alar
   }
 }
 
-TEST_CASE("sample_indices: every subset equally likely (chi-square over the 20 subsets of 3 of 6)") {
+TEST_CASE("draw_sample: every subset equally likely (chi-square over the 20 subsets of 3 of 6)") {
   const auto plan = bellows::cpu::plan_sample(6, 3);
   std::map<std::vector<std::uint32_t>, double> count;
   const double draws = 40000;
@@ -140,4 +150,76 @@ TEST_CASE("multiply_wide: the 128-bit product") {
       CHECK(w.high == static_cast<std::uint64_t>(p >> 64));
       CHECK(w.low == static_cast<std::uint64_t>(p));
     }
+}
+
+namespace {
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct gathered {
+  bool finite = false;
+  std::vector<std::uint32_t> index;
+  std::vector<float> value, staged;
+};
+
+gathered gather(unsigned threads, const bellows::cpu::sample_plan& plan, const std::vector<float>& g,
+                const std::vector<float>& e, float scale = 1.0f) {
+  bellows::cpu::executor exec(threads);
+  bellows::cpu::sample_workspace ws(plan);
+  gathered r;
+  r.index.resize(plan.k);
+  r.value.resize(plan.k);
+  r.staged.assign(e.empty() ? 0 : plan.n, -1.0f);
+  bellows::cpu::draw_sample(exec, plan, bellows::philox::stream{3, 4, 5, 6}, ws);
+  r.finite = bellows::cpu::gather_sample(exec, plan, ws, g, e, r.staged,
+                                         bellows::cpu::sparse_arrays<std::uint32_t>{r.index, r.value}, scale);
+  CHECK(std::all_of(ws.chosen.begin(), ws.chosen.end(), [](std::uint64_t w) { return w == 0; }));
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("gather_sample: scaled kept values; with a memory, staged = g + e with zeros where kept") {
+  const std::size_t n = 2 * bellows::cpu::sparse_chunk + 37;  // a tail shorter than a block of 16
+  const auto g = bellows::testing::normal_floats(n, 2);
+  const auto e = bellows::testing::normal_floats(n, 3);
+  std::vector<float> m(n);
+  for (std::size_t i = 0; i < n; ++i) m[i] = g[i] + e[i];
+  for (std::size_t k : {std::size_t{1}, n / 100, n / 2, n - 40, n}) {
+    CAPTURE(k);
+    const auto plan = bellows::cpu::plan_sample(n, k);
+    const gathered plain = gather(1, plan, g, {}, 2.5f);
+    REQUIRE(plain.finite);
+    for (std::size_t j = 0; j < k; ++j) CHECK(plain.value[j] == 2.5f * g[plain.index[j]]);
+    for (unsigned threads : {1u, 3u}) {
+      const gathered r = gather(threads, plan, g, e);
+      REQUIRE(r.finite);
+      CHECK(r.index == plain.index);  // the draw does not depend on the data
+      std::vector<float> expected_staged = m, expected(k);
+      for (std::size_t j = 0; j < k; ++j) {
+        expected[j] = m[r.index[j]];
+        expected_staged[r.index[j]] = 0.0f;
+      }
+      CHECK(same_bits(r.value, expected));
+      CHECK(same_bits(r.staged, expected_staged));
+    }
+  }
+}
+
+TEST_CASE("gather_sample: a NaN or Inf anywhere, kept or not, returns false") {
+  const std::size_t n = 2 * bellows::cpu::sparse_chunk + 5;
+  const auto plan = bellows::cpu::plan_sample(n, n / 50);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    for (std::size_t at : {std::size_t{0}, bellows::cpu::sparse_chunk + 3, n - 1}) {
+      auto g = bellows::testing::normal_floats(n, 5);
+      g[at] = bad;
+      CHECK_FALSE(gather(2, plan, g, {}).finite);
+      CHECK_FALSE(gather(1, plan, g, std::vector<float>(n, 0.25f)).finite);
+    }
+  }
+  std::vector<float> g(n, 1.0f), e(n, 0.0f);
+  g[9] = e[9] = std::numeric_limits<float>::max();  // finite parts, overflowing sum
+  CHECK_FALSE(gather(1, plan, g, e).finite);
 }

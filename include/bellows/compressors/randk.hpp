@@ -178,16 +178,17 @@ private:
     BELLOWS_EXPECTS(!params_.unbiased || params_.feedback == feedback::none, "randk: layer '",
                     st.layer.name, "': unbiased scaling needs feedback none, got feedback ",
                     to_string(params_.feedback));
-    if (st.plan_.k != k || st.plan_.n != st.layer.size()) {
-      st.plan_ = cpu::plan_sample(st.layer.size(), k);
-      st.work_.fit(st.plan_);
-      if (params_.mode == randk_mode::shared) {
-        if (detail::wide_indices(st.layer.size()))
-          st.index64_.resize(k);
-        else
-          st.index32_.resize(k);
-        st.values_.resize(k + 1);
-      }
+    const cpu::sample_plan plan = cpu::plan_sample(st.layer.size(), k);
+    if (!(plan == st.plan_)) {
+      st.plan_ = plan;
+      st.work_.fit(plan);
+    }
+    if (params_.mode == randk_mode::shared) {  // no-ops once sized
+      if (detail::wide_indices(st.layer.size()))
+        st.index64_.resize(k);
+      else
+        st.index32_.resize(k);
+      st.values_.resize(k + 1);
     }
     detail::sparse_steps::fit_memory(st, params_.feedback, "randk");
   }
@@ -202,11 +203,11 @@ private:
     const philox::stream draw{params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id,
                               params_.mode == randk_mode::shared ? philox::stream::shared
                                                                  : static_cast<std::uint32_t>(rank)};
-    sample_indices(*exec_, st.plan_, draw, st.work_, index);
+    draw_sample(*exec_, st.plan_, draw, st.work_);
     const float scale = params_.unbiased ? static_cast<float>(static_cast<double>(st.layer.size()) /
                                                               static_cast<double>(st.plan_.k))
                                          : 1.0f;
-    return gather(*exec_, g, e, staged, std::span<const Index>(index), values, scale);
+    return gather_sample(*exec_, st.plan_, st.work_, g, e, staged, cpu::sparse_arrays<Index>{index, values}, scale);
   }
 
   std::span<std::byte> write(state& st, std::span<const float> g, std::span<const float> e,

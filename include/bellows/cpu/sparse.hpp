@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// CPU kernels on sparse vectors held as ascending indices and their values: the gather of the
-// kept values (with the error-feedback update fused in), and the scatter-add of decoded values.
+// CPU kernels and helpers for sparse vectors held as ascending indices and their values: the
+// magnitude order of floats, one block of the error-feedback update with streaming stores, and
+// the scatter-add of decoded values.
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -115,52 +115,6 @@ inline bool any_non_finite(const float* x, std::size_t len) noexcept {
 }
 
 }  // namespace detail
-
-/// Gathers the kept entries of v, where v = g, or v = g + e when `e` is not empty:
-/// value[j] = scale * v[index[j]] for the ascending `index`. With `e`, the same pass writes the
-/// error-feedback update `staged` = v with zeros at the kept indices (the residual of keeping
-/// them), so v is read once. Returns false, with `value` and `staged` unspecified, when an element
-/// of v anywhere is NaN or +-Inf.
-template <class Index>
-[[nodiscard]] bool gather(executor& exec, std::span<const float> g, std::span<const float> e,
-                          std::span<float> staged, std::span<const Index> index,
-                          std::span<float> value, float scale = 1.0f) {
-  const std::size_t n = g.size();
-  const bool compensate = !e.empty();
-  BELLOWS_EXPECTS(!compensate || (e.size() == n && staged.size() == n), "gather: lengths ", n,
-                  ", ", e.size(), " and ", staged.size());
-  BELLOWS_EXPECTS(value.size() == index.size(), "gather: ", index.size(), " indices, ",
-                  value.size(), " values");
-  std::atomic<bool> bad{false};
-  exec.for_chunks(n, sparse_chunk, [&](std::size_t lo, std::size_t hi) {
-    std::size_t j = static_cast<std::size_t>(std::ranges::lower_bound(index, lo) - index.begin());
-    bool chunk_bad = false;
-    if (!compensate) {
-      chunk_bad = detail::any_non_finite(g.data() + lo, hi - lo);
-      for (; j < index.size() && index[j] < hi; ++j) value[j] = scale * g[index[j]];
-    } else {
-      std::size_t i = lo;
-      float v[16];
-      for (; i + 16 <= hi; i += 16) {
-        std::uint32_t kept = 0;
-        const std::size_t first = j;
-        for (; j < index.size() && index[j] < i + 16; ++j) kept |= 1u << (index[j] - i);
-        chunk_bad |= detail::compensate_block(g.data() + i, e.data() + i, staged.data() + i, kept, v);
-        for (std::size_t t = first; t < j; ++t) value[t] = scale * v[index[t] - i];
-      }
-      for (; i < hi; ++i) {
-        const float m = g[i] + e[i];
-        chunk_bad |= magnitude_key(m) >= non_finite_key;
-        const bool keep = j < index.size() && index[j] == i;
-        if (keep) value[j++] = scale * m;
-        staged[i] = keep ? 0.0f : m;
-      }
-      detail::stream_fence();
-    }
-    if (chunk_bad) bad.store(true, std::memory_order_relaxed);
-  });
-  return !bad.load(std::memory_order_relaxed);
-}
 
 /// acc[index[j]] += value[j] for ascending, distinct indices below acc.size().
 template <class Index>
