@@ -7,6 +7,8 @@
 #include "bellows/compressors/identity.hpp"
 #include "bellows/compressors/powersgd.hpp"
 #include "bellows/compressors/qsgd.hpp"
+#include "bellows/compressors/randk.hpp"
+#include "bellows/compressors/topk.hpp"
 #include "bellows/concepts.hpp"
 #include "bellows/core/config.hpp"
 #include "bellows/core/error.hpp"
