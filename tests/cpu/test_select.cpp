@@ -122,21 +122,24 @@ TEST_CASE("select_top: the exact top-k of a stable sort, for data of every kind,
 
 TEST_CASE("select_top with a memory: selects from g + e, and stages g + e with zeros where kept") {
   const std::size_t n = 4 * select_chunk + 9;
-  const auto g = bellows::testing::normal_floats(n, 1);
-  auto e = bellows::testing::normal_floats(n, 2);
-  for (float& x : e) x *= 0.5f;
-  std::vector<float> m(n);
-  for (std::size_t i = 0; i < n; ++i) m[i] = g[i] + e[i];
-  for (std::size_t k : {std::size_t{1}, n / 1000, n / 100, n / 5, n - 3}) {
-    CAPTURE(k);
-    for (unsigned threads : {1u, 2u}) {
-      const selection s = select(threads, bellows::cpu::plan_select(n, k, k), g, e);
-      REQUIRE(s.finite);
-      CHECK(s.index == sorted_top(m, k));
-      std::vector<float> expected = m;
-      for (std::uint32_t i : s.index) expected[i] = 0.0f;
-      CHECK(same_bits(s.staged, expected));
-      for (std::size_t j = 0; j < s.index.size(); ++j) CHECK(s.value[j] == m[s.index[j]]);
+  for (const std::string kind : {"normal", "sparse"}) {  // sparse: mostly zeros, zeros kept too
+    const auto g = data(kind, n, 1);
+    auto e = data(kind, n, 2);
+    for (float& x : e) x *= 0.5f;
+    std::vector<float> m(n);
+    for (std::size_t i = 0; i < n; ++i) m[i] = g[i] + e[i];
+    for (std::size_t k : {std::size_t{1}, n / 1000, n / 100, n / 5, n - 3}) {
+      CAPTURE(kind);
+      CAPTURE(k);
+      for (unsigned threads : {1u, 2u}) {
+        const selection s = select(threads, bellows::cpu::plan_select(n, k, k), g, e);
+        REQUIRE(s.finite);
+        CHECK(s.index == sorted_top(m, k));
+        std::vector<float> expected = m;
+        for (std::uint32_t i : s.index) expected[i] = 0.0f;
+        CHECK(same_bits(s.staged, expected));
+        for (std::size_t j = 0; j < s.index.size(); ++j) CHECK(s.value[j] == m[s.index[j]]);
+      }
     }
   }
 }

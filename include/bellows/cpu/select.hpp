@@ -356,6 +356,33 @@ void emit_candidates(const select_workspace& ws, std::uint32_t key, std::size_t 
   BELLOWS_EXPECTS(o == out.index.size(), "select_top: emitted ", o, " of ", out.index.size());
 }
 
+/// Step 4 when the k-th largest magnitude is 0: every candidate (the nonzero elements), and the
+/// first `zeros` other elements in index order, kept with zeros in `staged`.
+template <bool Compensate, class Index>
+void emit_with_zeros(const float* g, const float* e, float* staged, const select_workspace& ws,
+                     std::size_t zeros, sparse_arrays<Index> out) {
+  std::size_t o = 0, next = 0;  // the next index a zero may come from
+  auto emit = [&](std::size_t i, float v) {
+    out.index[o] = static_cast<Index>(i);
+    out.value[o++] = v;
+    if constexpr (Compensate) staged[i] = 0.0f;
+  };
+  auto zeros_before = [&](std::size_t end) {
+    for (; zeros != 0 && next < end; ++next, --zeros) emit(next, value_at<Compensate>(g, e, next));
+  };
+  for (std::size_t c = 0; c < ws.chunks.size(); ++c) {
+    const chunk_tally& t = ws.chunks[c];
+    for (std::size_t j = t.first; j < t.first + t.candidates; ++j) {
+      const std::size_t i = c * select_chunk + ws.position[j];
+      zeros_before(i);
+      emit(i, ws.value[j]);
+      next = i + 1;
+    }
+  }
+  zeros_before(~std::size_t{0});
+  BELLOWS_EXPECTS(o == out.index.size(), "select_top: emitted ", o, " of ", out.index.size());
+}
+
 /// Step 4 by a pass over v, from per-chunk tallies (above: key > T, ties: key == T present).
 /// `ties` of the ties are kept, the first ones in index order.
 template <bool Compensate, class Index>
@@ -421,11 +448,14 @@ bool select_top(executor& exec, const select_plan& plan, const philox::stream& d
       }
     }
     const std::span<const float> sampled(ws.sample.data(), s);
-    const std::uint32_t lo = kth_largest_key(sampled, plan.lower_rank, ws.keys).key;
     const std::uint32_t hi =
         plan.upper_rank != 0 ? kth_largest_key(sampled, plan.upper_rank, ws.keys).key : above_all_keys;
-    // Step 2.
     const bool small = hi == above_all_keys;
+    // A zero threshold (mostly zero gradients) would make every element a candidate: the
+    // candidates are then the nonzero elements, and zeros complete the count if need be.
+    const std::uint32_t lo =
+        std::max<std::uint32_t>(kth_largest_key(sampled, plan.lower_rank, ws.keys).key, small ? 1 : 0);
+    // Step 2.
     const scan_summary s2 = small ? scan<Compensate, Compensate>(exec, g, e, staged, n, lo, hi, ws)
                                   : scan<Compensate, false>(exec, g, e, nullptr, n, lo, hi, ws);
     if (s2.non_finite) return false;
@@ -448,6 +478,11 @@ bool select_top(executor& exec, const select_plan& plan, const philox::stream& d
         tally_candidates(ws, key);
         emit_pass<Compensate>(exec, g, e, staged, n, key, ties, ws, out);
       }
+      return true;
+    }
+    if (small && lo == 1 && s2.candidates <= ws.position.size() && s2.candidates < k) {
+      // Every nonzero element is kept, and the first k - candidates zeros.
+      emit_with_zeros<Compensate>(g, e, staged, ws, k - s2.candidates, arrays(k));
       return true;
     }
   }
