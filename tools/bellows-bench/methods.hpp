@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The methods bellows-bench can measure. Each is one entry of `methods()`: its name, a line of
-// help, its command-line options, its parameters as reported, and how to build the compressor.
+// help, its command-line options, and how they become the library's parameter struct. The
+// compressor is built from that struct, and the parameters reported are read back from it.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -18,9 +19,9 @@
 #include "bellows/compressors/qsgd.hpp"
 #include "bellows/compressors/randk.hpp"
 #include "bellows/compressors/topk.hpp"
-#include "bellows/feedback/error_feedback.hpp"
 #include "bellows/core/shape.hpp"
 #include "bellows/cpu/executor.hpp"
+#include "bellows/feedback/error_feedback.hpp"
 
 namespace bellows::tool {
 
@@ -49,26 +50,57 @@ struct method {
   method_result (*run)(const method_args&, const run_request&);
 };
 
+/// The identity compressor has no parameters.
+struct identity_params {};
+
 namespace detail {
 
-/// The check and run functions of a method whose compressor `Make{}(args, exec)` builds.
-template <class Make>
-void check_with(const method_args& a, const layer_info& layer, cpu::executor& exec) {
-  tool::check(layer, exec, [&](cpu::executor& e) { return Make{}(a, e); });
+/// The compressor of each parameter struct.
+inline bellows::identity<> make(const identity_params&, cpu::executor& e) { return bellows::identity<>(e); }
+inline bellows::topk<> make(const topk_params& p, cpu::executor& e) { return bellows::topk<>(p, e); }
+inline bellows::randk<> make(const randk_params& p, cpu::executor& e) { return bellows::randk<>(p, e); }
+inline bellows::powersgd<> make(const powersgd_params& p, cpu::executor& e) { return bellows::powersgd<>(p, e); }
+inline bellows::qsgd<> make(const qsgd_params& p, cpu::executor& e) { return bellows::qsgd<>(p, e); }
+
+/// The parameters a user chose or may want to know, as reported.
+inline nlohmann::ordered_json describe(const identity_params&) { return nlohmann::ordered_json::object(); }
+inline nlohmann::ordered_json describe(const topk_params& p) {
+  return {{"ratio", p.ratio}, {"mode", to_string(p.mode)}, {"error_feedback", to_string(p.feedback)}};
 }
-template <class Make>
+inline nlohmann::ordered_json describe(const randk_params& p) {
+  return {{"ratio", p.ratio}, {"mode", to_string(p.mode)}, {"unbiased", p.unbiased},
+          {"error_feedback", to_string(p.feedback)}};
+}
+inline nlohmann::ordered_json describe(const powersgd_params& p) {
+  return {{"rank", p.rank}, {"error_feedback", to_string(p.feedback)}};
+}
+inline nlohmann::ordered_json describe(const qsgd_params& p) {
+  return {{"bits", p.bits}, {"bucket", p.bucket}, {"norm", p.norm == qsgd_norm::max_abs ? "max-abs" : "l2"},
+          {"error_feedback", to_string(p.feedback)}};
+}
+
+/// The functions of a method whose parameter struct `Configure{}(args)` builds.
+template <class Configure>
+nlohmann::ordered_json params_with(const method_args& a) {
+  return describe(Configure{}(a));
+}
+template <class Configure>
+void check_with(const method_args& a, const layer_info& layer, cpu::executor& exec) {
+  tool::check(layer, exec, [&](cpu::executor& e) { return make(Configure{}(a), e); });
+}
+template <class Configure>
 method_result run_with(const method_args& a, const run_request& req) {
-  return tool::measure(req, [&](cpu::executor& e) { return Make{}(a, e); });
+  return tool::measure(req, [&](cpu::executor& e) { return make(Configure{}(a), e); });
+}
+
+template <class Options, class Configure>
+constexpr method entry(std::string_view name, std::string_view summary, Options, Configure) {
+  return {name, summary, +Options{}, &params_with<Configure>, &check_with<Configure>, &run_with<Configure>};
 }
 
 /// The memory a method runs with: --error-feedback if given, else the method's default.
 [[nodiscard]] inline bellows::feedback feedback_or(const method_args& a, bellows::feedback fallback) {
   return a.feedback.empty() ? fallback : a.feedback == "none" ? bellows::feedback::none : bellows::feedback::residual;
-}
-
-/// Rand-k's memory: unbiased scaling works only without one, so --unbiased changes the default.
-[[nodiscard]] inline bellows::feedback randk_feedback(const method_args& a) {
-  return feedback_or(a, a.unbiased ? bellows::feedback::none : randk_params{}.feedback);
 }
 
 /// The --error-feedback option of a method whose default memory is `fallback`.
@@ -78,9 +110,8 @@ inline void add_feedback(CLI::App& app, method_args& a, bellows::feedback fallba
       ->check(CLI::IsMember({"residual", "none"}));
 }
 
-template <class Options, class Params, class Make>
-constexpr method entry(std::string_view name, std::string_view summary, Options, Params, Make) {
-  return {name, summary, +Options{}, +Params{}, &check_with<Make>, &run_with<Make>};
+inline void add_ratio(CLI::App& app, method_args& a) {
+  app.add_option("--ratio", a.ratio, "fraction of the elements kept, in (0, 1]")->capture_default_str();
 }
 
 }  // namespace detail
@@ -89,52 +120,37 @@ constexpr method entry(std::string_view name, std::string_view summary, Options,
 [[nodiscard]] inline std::span<const method> methods() {
   static const method all[] = {
       detail::entry(
-          "identity", "plain averaging by allreduce: the uncompressed baseline",
-          [](CLI::App&, method_args&) {}, [](const method_args&) { return nlohmann::ordered_json::object(); },
-          [](const method_args&, cpu::executor& e) { return bellows::identity<>(e); }),
+          "identity", "plain averaging by allreduce: the uncompressed baseline", [](CLI::App&, method_args&) {},
+          [](const method_args&) { return identity_params{}; }),
       detail::entry(
           "topk", "the ceil(ratio n) largest |x|, as indices and values; allgather",
           [](CLI::App& app, method_args& a) {
-            app.add_option("--ratio", a.ratio, "fraction of the elements kept, in (0, 1]")->capture_default_str();
+            detail::add_ratio(app, a);
             app.add_flag("--approximate", a.approximate, "keep between k and 1.25 k of the largest, when cheaper");
             detail::add_feedback(app, a, topk_params{}.feedback);
           },
           [](const method_args& a) {
-            return nlohmann::ordered_json{
-                {"ratio", a.ratio},
-                {"mode", to_string(a.approximate ? topk_mode::approximate : topk_mode::exact)},
-                {"error_feedback", to_string(detail::feedback_or(a, topk_params{}.feedback))}};
-          },
-          [](const method_args& a, cpu::executor& e) {
-            return bellows::topk<>({.ratio = a.ratio,
-                                    .mode = a.approximate ? topk_mode::approximate : topk_mode::exact,
-                                    .feedback = detail::feedback_or(a, topk_params{}.feedback),
-                                    .seed = a.seed},
-                                   e);
+            return topk_params{.ratio = a.ratio,
+                               .mode = a.approximate ? topk_mode::approximate : topk_mode::exact,
+                               .feedback = detail::feedback_or(a, topk_params{}.feedback),
+                               .seed = a.seed};
           }),
       detail::entry(
           "randk", "ceil(ratio n) elements drawn uniformly; shared: allreduce, per-rank: allgather",
           [](CLI::App& app, method_args& a) {
-            app.add_option("--ratio", a.ratio, "fraction of the elements kept, in (0, 1]")->capture_default_str();
+            detail::add_ratio(app, a);
             app.add_flag("--per-rank", a.per_rank, "each rank draws its own indices (default: shared)");
             app.add_flag("--unbiased", a.unbiased,
                          "scale the kept values by n / k; the default memory becomes none, as it must");
             detail::add_feedback(app, a, randk_params{}.feedback);
           },
           [](const method_args& a) {
-            return nlohmann::ordered_json{
-                {"ratio", a.ratio},
-                {"mode", to_string(a.per_rank ? randk_mode::per_rank : randk_mode::shared)},
-                {"unbiased", a.unbiased},
-                {"error_feedback", to_string(detail::randk_feedback(a))}};
-          },
-          [](const method_args& a, cpu::executor& e) {
-            return bellows::randk<>({.ratio = a.ratio,
-                                     .mode = a.per_rank ? randk_mode::per_rank : randk_mode::shared,
-                                     .unbiased = a.unbiased,
-                                     .feedback = detail::randk_feedback(a),
-                                     .seed = a.seed},
-                                    e);
+            return randk_params{
+                .ratio = a.ratio,
+                .mode = a.per_rank ? randk_mode::per_rank : randk_mode::shared,
+                .unbiased = a.unbiased,
+                .feedback = detail::feedback_or(a, a.unbiased ? feedback::none : randk_params{}.feedback),
+                .seed = a.seed};
           }),
       detail::entry(
           "powersgd", "rank-r factors P, Q of the n x m matrix (n = first axis); two allreduces",
@@ -143,13 +159,8 @@ constexpr method entry(std::string_view name, std::string_view summary, Options,
             detail::add_feedback(app, a, powersgd_params{}.feedback);
           },
           [](const method_args& a) {
-            return nlohmann::ordered_json{
-                {"rank", a.rank},
-                {"error_feedback", to_string(detail::feedback_or(a, powersgd_params{}.feedback))}};
-          },
-          [](const method_args& a, cpu::executor& e) {
-            return bellows::powersgd<>(
-                {.rank = a.rank, .feedback = detail::feedback_or(a, powersgd_params{}.feedback), .seed = a.seed}, e);
+            return powersgd_params{
+                .rank = a.rank, .feedback = detail::feedback_or(a, powersgd_params{}.feedback), .seed = a.seed};
           }),
       detail::entry(
           "qsgd", "stochastic rounding to 2^(bits-1) - 1 levels per bucket scale; allgather",
@@ -162,17 +173,11 @@ constexpr method entry(std::string_view name, std::string_view summary, Options,
             detail::add_feedback(app, a, qsgd_params{}.feedback);
           },
           [](const method_args& a) {
-            return nlohmann::ordered_json{
-                {"bits", a.bits}, {"bucket", a.bucket}, {"norm", a.norm},
-                {"error_feedback", to_string(detail::feedback_or(a, qsgd_params{}.feedback))}};
-          },
-          [](const method_args& a, cpu::executor& e) {
-            return bellows::qsgd<>({.bits = a.bits,
-                                    .bucket = a.bucket,
-                                    .norm = a.norm == "max-abs" ? qsgd_norm::max_abs : qsgd_norm::l2,
-                                    .seed = a.seed,
-                                    .feedback = detail::feedback_or(a, qsgd_params{}.feedback)},
-                                   e);
+            return qsgd_params{.bits = a.bits,
+                               .bucket = a.bucket,
+                               .norm = a.norm == "max-abs" ? qsgd_norm::max_abs : qsgd_norm::l2,
+                               .seed = a.seed,
+                               .feedback = detail::feedback_or(a, qsgd_params{}.feedback)};
           }),
   };
   return all;
