@@ -23,6 +23,8 @@
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../support/random.hpp"
@@ -72,8 +74,8 @@ outcome bench(const scratch& s, const std::string& args) {
 }
 
 void write_bytes(const std::string& path, const std::vector<std::byte>& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                              static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
 /// A version 1.0 file with a header dict written by hand, for malformed cases.
@@ -87,6 +89,24 @@ std::vector<std::byte> npy_with_header(std::string dict, std::size_t data_bytes)
   return b;
 }
 
+/// `count` seeded gradients of `shape` written as g0.npy, g1.npy, ..., and the words naming them.
+struct sequence {
+  std::vector<std::vector<float>> grads;
+  std::string files;
+};
+
+sequence write_sequence(const scratch& s, const bellows::shape& shape, std::size_t count,
+                        std::uint64_t seed) {
+  sequence q;
+  for (std::size_t f = 0; f < count; ++f) {
+    q.grads.push_back(bellows::testing::normal_floats(shape.size(), seed + f));
+    const std::string path = s / ("g" + std::to_string(f) + ".npy");
+    npy::write(path, shape, q.grads.back());
+    q.files += "'" + path + "' ";
+  }
+  return q;
+}
+
 /// What the library gives when called directly: W ranks through the local collective, each
 /// holding gradient t of `grads` at step t, through one state per rank. Per step, rank 0's
 /// bytes and the relative error of its averaged result, computed here in double.
@@ -97,8 +117,8 @@ struct direct_result {
 };
 
 template <class Make>
-direct_result direct(const std::vector<std::vector<float>>& grads, const bellows::shape& shape, std::size_t workers,
-                     std::size_t steps, Make make) {
+direct_result direct(const std::vector<std::vector<float>>& grads, const bellows::shape& shape,
+                     std::size_t workers, std::size_t steps, Make make) {
   direct_result res;
   bellows::cpu::executor exec(1);
   bellows::collectives::local_group group(workers);
@@ -132,7 +152,17 @@ void check_against(const json& m, const direct_result& d, std::size_t elements) 
   CHECK(m["compression_ratio"].get<double>() == doctest::Approx(4.0 * static_cast<double>(elements) / bytes));
   const auto per_step = m["rel_error_per_step"].get<std::vector<double>>();
   REQUIRE(per_step.size() == d.rel_error.size());
-  for (std::size_t t = 0; t < per_step.size(); ++t) CHECK(per_step[t] == doctest::Approx(d.rel_error[t]).epsilon(1e-9));
+  for (std::size_t t = 0; t < per_step.size(); ++t)
+    CHECK(per_step[t] == doctest::Approx(d.rel_error[t]).epsilon(1e-9));
+}
+
+/// check_against for compressor C built from parameters p, as the tool builds it from its options.
+template <class C>
+void check_method(const json& m, const sequence& q, const bellows::shape& shape, std::size_t workers,
+                  std::size_t steps,
+                  const std::remove_cvref_t<decltype(std::declval<const C&>().params())>& p) {
+  check_against(m, direct(q.grads, shape, workers, steps, [&](bellows::cpu::executor& e) { return C(p, e); }),
+                shape.size());
 }
 
 const char* const usage = "usage: bellows-bench";
@@ -144,7 +174,8 @@ TEST_CASE("cli: --help lists every method and exits 0; --version prints the vers
   const outcome help = bench(s, "--help");
   CHECK(help.code == 0);
   CHECK(help.out.find(usage) != std::string::npos);
-  for (const char* m : {"identity", "topk", "randk", "powersgd", "qsgd"}) CHECK(help.out.find(std::string("\n  ") + m + " ") != std::string::npos);
+  for (const char* m : {"identity", "topk", "randk", "powersgd", "qsgd"})
+    CHECK(help.out.find(std::string("\n  ") + m + " ") != std::string::npos);
   CHECK(help.out.find("Every rank holds the same gradient") != std::string::npos);
   const outcome version = bench(s, "--version");
   CHECK(version.code == 0);
@@ -179,7 +210,8 @@ TEST_CASE("cli: usage errors and bad method configurations exit 2 with the messa
       {g + "--method powersgd --rank two", "--method powersgd: Could not convert: --rank = two"},
       {g + "--ratio 0.1 --method powersgd", "--ratio"},
       {g + "--method topk --ratio 0", "--method topk: topk: layer 'g': ratio must be in (0, 1], got 0"},
-      {g + "--method randk --ratio 1.5", "--method randk: randk: layer 'g': ratio must be in (0, 1], got 1.5"},
+      {g + "--method randk --ratio 1.5",
+       "--method randk: randk: layer 'g': ratio must be in (0, 1], got 1.5"},
       {g + "--method randk --unbiased --error-feedback residual", "unbiased scaling needs feedback none"},
   };
   for (const auto& [args, phrase] : cases) {
@@ -198,11 +230,13 @@ TEST_CASE("cli: malformed and unusable input files exit 3 with a message naming 
   const std::string dict_end = "'fortran_order': False, 'shape': (2, 3), }";
   write_bytes(s / "magic.npy", {std::byte{'P'}, std::byte{'K'}, std::byte{3}, std::byte{4}, std::byte{0},
                                 std::byte{0}, std::byte{0}, std::byte{0}, std::byte{0}, std::byte{0}});
-  write_bytes(s / "fortran.npy", npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24));
+  write_bytes(s / "fortran.npy",
+              npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24));
   write_bytes(s / "dtype.npy", npy_with_header("{'descr': '<f8', " + dict_end, 48));
   write_bytes(s / "truncated.npy", npy_with_header("{'descr': '<f4', " + dict_end, 23));
-  write_bytes(s / "overflow.npy",
-              npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967297), }", 24));
+  write_bytes(
+      s / "overflow.npy",
+      npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967297), }", 24));
   std::vector<float> with_nan = bellows::testing::normal_floats(6, 2);
   with_nan[4] = std::nanf("");
   npy::write(s / "nan.npy", bellows::shape{2, 3}, with_nan);
@@ -232,7 +266,8 @@ TEST_CASE("cli: malformed and unusable input files exit 3 with a message naming 
 TEST_CASE("cli: --json parses and holds every field of the table, the input and the configuration") {
   scratch s;
   npy::write(s / "g.npy", bellows::shape{8, 6}, bellows::testing::normal_floats(48, 5));
-  const outcome o = bench(s, "'" + (s / "g.npy") + "' --method identity --steps 3 --workers 2 --repeats 2 --json");
+  const outcome o =
+      bench(s, "'" + (s / "g.npy") + "' --method identity --steps 3 --workers 2 --repeats 2 --json");
   REQUIRE(o.code == 0);
   const json doc = json::parse(o.out);
   CHECK(doc["tool"] == "bellows-bench");
@@ -250,9 +285,10 @@ TEST_CASE("cli: --json parses and holds every field of the table, the input and 
   CHECK(c["seed"] == 0);
   REQUIRE(doc["methods"].size() == 1);
   const json& m = doc["methods"][0];
-  for (const char* key : {"name", "params", "bytes_sent", "compression_ratio", "values_sent", "kept", "rel_error",
-                          "cosine", "cumulative_rel_error", "seconds_per_call", "floor_seconds", "x_floor",
-                          "timed_calls", "non_finite_steps", "rel_error_per_step", "cosine_per_step"}) {
+  for (const char* key :
+       {"name", "params", "bytes_sent", "compression_ratio", "values_sent", "kept", "rel_error", "cosine",
+        "cumulative_rel_error", "seconds_per_call", "floor_seconds", "x_floor", "timed_calls",
+        "non_finite_steps", "rel_error_per_step", "cosine_per_step"}) {
     CAPTURE(key);
     CHECK(m.contains(key));
   }
@@ -260,8 +296,8 @@ TEST_CASE("cli: --json parses and holds every field of the table, the input and 
   CHECK(m["timed_calls"] == 2);  // max(steps, repeats + 1) - 1 warm-up
   CHECK(m["rel_error_per_step"].size() == 3);
   CHECK(m["seconds_per_call"].get<double>() > 0);
-  CHECK(m["x_floor"].get<double>() == doctest::Approx(m["seconds_per_call"].get<double>() /
-                                                      m["floor_seconds"].get<double>()));
+  CHECK(m["x_floor"].get<double>() ==
+        doctest::Approx(m["seconds_per_call"].get<double>() / m["floor_seconds"].get<double>()));
   CHECK(m["non_finite_steps"] == 0);
 }
 
@@ -274,8 +310,8 @@ TEST_CASE("cli: the table names the input and each method, and the figures' mean
   REQUIRE(header != std::string::npos);
   std::istringstream words(o.out.substr(header + 1, o.out.find('\n', header + 1) - header - 1));
   const std::vector<std::string> columns{std::istream_iterator<std::string>(words), {}};
-  CHECK(columns == std::vector<std::string>{"method", "parameters", "bytes/step", "ratio", "rel", "err", "cosine",
-                                            "ms/call", "floor", "ms", "x_floor"});
+  CHECK(columns == std::vector<std::string>{"method", "parameters", "bytes/step", "ratio", "rel", "err",
+                                            "cosine", "ms/call", "floor", "ms", "x_floor"});
   CHECK(o.out.find("\nidentity  -") != std::string::npos);
   CHECK(o.out.find("cum err") == std::string::npos);  // one step: nothing accumulates
   CHECK(o.err.empty());                               // no progress bar when stderr is a file
@@ -284,15 +320,11 @@ TEST_CASE("cli: the table names the input and each method, and the figures' mean
 TEST_CASE("cli: identity round trip against the library, W = 1 and 3, several files as a sequence") {
   scratch s;
   const bellows::shape shape{12, 10};
-  std::vector<std::vector<float>> grads;
-  for (std::uint64_t f = 0; f < 2; ++f) {
-    grads.push_back(bellows::testing::normal_floats(shape.size(), 20 + f));
-    npy::write(s / ("g" + std::to_string(f) + ".npy"), shape, grads.back());
-  }
+  const auto [grads, files] = write_sequence(s, shape, 2, 20);
   for (const std::size_t w : {1u, 3u}) {
     CAPTURE(w);
-    const outcome o = bench(s, "'" + (s / "g0.npy") + "' '" + (s / "g1.npy") + "' --method identity --steps 3 --workers " +
-                                   std::to_string(w) + " --json --out '" + (s / "out.npy") + "'");
+    const outcome o = bench(s, files + "--method identity --steps 3 --workers " + std::to_string(w) +
+                                   " --json --out '" + (s / "out.npy") + "'");
     REQUIRE(o.code == 0);
     const json m = json::parse(o.out)["methods"][0];
     const direct_result d =
@@ -309,18 +341,22 @@ TEST_CASE("cli: float16 input is measured on its exact float32 values") {
   scratch s;
   // float16 patterns: 1.0, -2.0, 0.5, the smallest subnormal, 65504, and 1 + 2^-10.
   const std::uint16_t halves[] = {0x3C00, 0xC000, 0x3800, 0x0001, 0x7BFF, 0x3C01};
-  std::vector<std::byte> file = npy_with_header("{'descr': '<f2', 'fortran_order': False, 'shape': (3, 2), }", 12);
+  std::vector<std::byte> file =
+      npy_with_header("{'descr': '<f2', 'fortran_order': False, 'shape': (3, 2), }", 12);
   std::memcpy(file.data() + file.size() - 12, halves, 12);
   write_bytes(s / "h.npy", file);
-  const outcome o = bench(s, "'" + (s / "h.npy") + "' --method identity --json --out '" + (s / "o.npy") + "'");
+  const outcome o =
+      bench(s, "'" + (s / "h.npy") + "' --method identity --json --out '" + (s / "o.npy") + "'");
   REQUIRE(o.code == 0);
   CHECK(json::parse(o.out)["input"]["gradients"][0]["dtype"] == "float16");
-  CHECK(npy::read(s / "o.npy").values == std::vector<float>{1.0f, -2.0f, 0.5f, 0x1p-24f, 65504.0f, 1.0f + 0x1p-10f});
+  CHECK(npy::read(s / "o.npy").values ==
+        std::vector<float>{1.0f, -2.0f, 0.5f, 0x1p-24f, 65504.0f, 1.0f + 0x1p-10f});
 }
 
 TEST_CASE("cli: --out with several methods writes one file per method; synthetic input is seeded") {
   scratch s;
-  const std::string common = "--synthetic lognormal --shape 5x7 --repeats 1 --method identity --method identity";
+  const std::string common =
+      "--synthetic lognormal --shape 5x7 --repeats 1 --method identity --method identity";
   REQUIRE(bench(s, common + " --seed 9 --out '" + (s / "a.npy") + "'").code == 0);
   REQUIRE(bench(s, common + " --seed 9 --out '" + (s / "b.npy") + "'").code == 0);
   REQUIRE(bench(s, common + " --seed 10 --out '" + (s / "c.npy") + "'").code == 0);
@@ -333,16 +369,12 @@ TEST_CASE("cli: --out with several methods writes one file per method; synthetic
 TEST_CASE("cli: powersgd round trip against the library, with and without error feedback") {
   scratch s;
   const bellows::shape shape{24, 4, 5};  // rows 24, columns 20: compressed at rank 2
-  std::vector<std::vector<float>> grads;
-  for (std::uint64_t f = 0; f < 2; ++f) {
-    grads.push_back(bellows::testing::normal_floats(shape.size(), 30 + f));
-    npy::write(s / ("g" + std::to_string(f) + ".npy"), shape, grads.back());
-  }
-  const std::string files = "'" + (s / "g0.npy") + "' '" + (s / "g1.npy") + "' ";
+  const sequence q = write_sequence(s, shape, 2, 30);
   for (const std::size_t w : {1u, 2u}) {
     CAPTURE(w);
-    const outcome o = bench(s, files + "--steps 3 --seed 5 --json --workers " + std::to_string(w) +
-                                   " --method powersgd --rank 2 --method powersgd --rank 3 --error-feedback none");
+    const outcome o =
+        bench(s, q.files + "--steps 3 --seed 5 --json --workers " + std::to_string(w) +
+                     " --method powersgd --rank 2 --method powersgd --rank 3 --error-feedback none");
     REQUIRE(o.code == 0);
     const json doc = json::parse(o.out);
     const json& with = doc["methods"][0];
@@ -350,12 +382,9 @@ TEST_CASE("cli: powersgd round trip against the library, with and without error 
     CHECK(with["params"] == json{{"rank", 2}, {"error_feedback", "residual"}});
     CHECK(without["params"] == json{{"rank", 3}, {"error_feedback", "none"}});
     CHECK(with["compressed"] == true);
-    check_against(with, direct(grads, shape, w, 3, [](bellows::cpu::executor& e) {
-                    return bellows::powersgd<>({.rank = 2, .seed = 5}, e);
-                  }), shape.size());
-    check_against(without, direct(grads, shape, w, 3, [](bellows::cpu::executor& e) {
-                    return bellows::powersgd<>({.rank = 3, .feedback = bellows::feedback::none, .seed = 5}, e);
-                  }), shape.size());
+    check_method<bellows::powersgd<>>(with, q, shape, w, 3, {.rank = 2, .seed = 5});
+    check_method<bellows::powersgd<>>(without, q, shape, w, 3,
+                                      {.rank = 3, .feedback = bellows::feedback::none, .seed = 5});
   }
 }
 
@@ -375,80 +404,66 @@ TEST_CASE("cli: powersgd leaves a small matrix uncompressed, and says so") {
 TEST_CASE("cli: qsgd round trip against the library, W = 1 and 3, with the global --error-feedback") {
   scratch s;
   const bellows::shape shape{300};
-  const std::vector<std::vector<float>> grads{bellows::testing::normal_floats(shape.size(), 40)};
-  npy::write(s / "g.npy", shape, grads[0]);
+  const sequence q = write_sequence(s, shape, 1, 40);
   for (const std::size_t w : {1u, 3u}) {
     CAPTURE(w);
-    const outcome o = bench(s, "'" + (s / "g.npy") + "' --steps 2 --json --error-feedback residual --workers " +
-                                   std::to_string(w) + " --method qsgd --bits 4 --bucket 64 --method qsgd --bits 2 "
-                                   "--bucket 50 --norm max-abs --error-feedback none");
+    const outcome o =
+        bench(s, q.files + "--steps 2 --json --error-feedback residual --workers " + std::to_string(w) +
+                     " --method qsgd --bits 4 --bucket 64 --method qsgd --bits 2 "
+                     "--bucket 50 --norm max-abs --error-feedback none");
     REQUIRE(o.code == 0);
     const json doc = json::parse(o.out);
     CHECK(doc["methods"][0]["params"] ==
           json{{"bits", 4}, {"bucket", 64}, {"norm", "l2"}, {"error_feedback", "residual"}});
-    check_against(doc["methods"][0], direct(grads, shape, w, 2, [](bellows::cpu::executor& e) {
-                    return bellows::qsgd<>({.bits = 4, .bucket = 64, .feedback = bellows::feedback::residual}, e);
-                  }), shape.size());
-    check_against(doc["methods"][1], direct(grads, shape, w, 2, [](bellows::cpu::executor& e) {
-                    return bellows::qsgd<>({.bits = 2, .bucket = 50, .norm = bellows::qsgd_norm::max_abs}, e);
-                  }), shape.size());
+    check_method<bellows::qsgd<>>(doc["methods"][0], q, shape, w, 2,
+                                  {.bits = 4, .bucket = 64, .feedback = bellows::feedback::residual});
+    check_method<bellows::qsgd<>>(doc["methods"][1], q, shape, w, 2,
+                                  {.bits = 2, .bucket = 50, .norm = bellows::qsgd_norm::max_abs});
   }
 }
 
 TEST_CASE("cli: topk round trip against the library: exact and approximate, with and without memory") {
   scratch s;
   const bellows::shape shape{40, 25};
-  std::vector<std::vector<float>> grads;
-  for (std::uint64_t f = 0; f < 3; ++f) {
-    grads.push_back(bellows::testing::normal_floats(shape.size(), 50 + f));
-    npy::write(s / ("g" + std::to_string(f) + ".npy"), shape, grads.back());
-  }
-  const std::string files = "'" + (s / "g0.npy") + "' '" + (s / "g1.npy") + "' '" + (s / "g2.npy") + "' ";
+  const sequence q = write_sequence(s, shape, 3, 50);
   for (const std::size_t w : {1u, 3u}) {
     CAPTURE(w);
-    const outcome o = bench(s, files + "--seed 3 --json --workers " + std::to_string(w) +
-                                   " --method topk --ratio 0.05 --method topk --ratio 0.02 --error-feedback none"
-                                   " --method topk --ratio 0.05 --approximate");
+    const outcome o =
+        bench(s, q.files + "--seed 3 --json --workers " + std::to_string(w) +
+                     " --method topk --ratio 0.05 --method topk --ratio 0.02 --error-feedback none"
+                     " --method topk --ratio 0.05 --approximate");
     REQUIRE(o.code == 0);
     const json doc = json::parse(o.out);
     CHECK(doc["config"]["steps"] == 3);
-    CHECK(doc["methods"][0]["params"] == json{{"ratio", 0.05}, {"mode", "exact"}, {"error_feedback", "residual"}});
+    CHECK(doc["methods"][0]["params"] ==
+          json{{"ratio", 0.05}, {"mode", "exact"}, {"error_feedback", "residual"}});
     CHECK(doc["methods"][0]["kept"] == 50.0);
-    check_against(doc["methods"][0], direct(grads, shape, w, 3, [](bellows::cpu::executor& e) {
-                    return bellows::topk<>({.ratio = 0.05, .seed = 3}, e);
-                  }), shape.size());
-    check_against(doc["methods"][1], direct(grads, shape, w, 3, [](bellows::cpu::executor& e) {
-                    return bellows::topk<>({.ratio = 0.02, .feedback = bellows::feedback::none, .seed = 3}, e);
-                  }), shape.size());
-    check_against(doc["methods"][2], direct(grads, shape, w, 3, [](bellows::cpu::executor& e) {
-                    return bellows::topk<>({.ratio = 0.05, .mode = bellows::topk_mode::approximate, .seed = 3}, e);
-                  }), shape.size());
+    check_method<bellows::topk<>>(doc["methods"][0], q, shape, w, 3, {.ratio = 0.05, .seed = 3});
+    check_method<bellows::topk<>>(doc["methods"][1], q, shape, w, 3,
+                                  {.ratio = 0.02, .feedback = bellows::feedback::none, .seed = 3});
+    check_method<bellows::topk<>>(doc["methods"][2], q, shape, w, 3,
+                                  {.ratio = 0.05, .mode = bellows::topk_mode::approximate, .seed = 3});
   }
 }
 
 TEST_CASE("cli: randk round trip against the library: shared, per-rank, unbiased") {
   scratch s;
   const bellows::shape shape{1000};
-  const std::vector<std::vector<float>> grads{bellows::testing::normal_floats(shape.size(), 60)};
-  npy::write(s / "g.npy", shape, grads[0]);
+  const sequence q = write_sequence(s, shape, 1, 60);
   for (const std::size_t w : {1u, 3u}) {
     CAPTURE(w);
-    const outcome o = bench(s, "'" + (s / "g.npy") + "' --steps 2 --seed 8 --json --workers " + std::to_string(w) +
+    const outcome o = bench(s, q.files + "--steps 2 --seed 8 --json --workers " + std::to_string(w) +
                                    " --method randk --ratio 0.1 --method randk --ratio 0.1 --per-rank"
                                    " --method randk --ratio 0.1 --unbiased");
     REQUIRE(o.code == 0);
     const json doc = json::parse(o.out);
     CHECK(doc["methods"][2]["params"] ==
           json{{"ratio", 0.1}, {"mode", "shared"}, {"unbiased", true}, {"error_feedback", "none"}});
-    check_against(doc["methods"][0], direct(grads, shape, w, 2, [](bellows::cpu::executor& e) {
-                    return bellows::randk<>({.ratio = 0.1, .seed = 8}, e);
-                  }), shape.size());
-    check_against(doc["methods"][1], direct(grads, shape, w, 2, [](bellows::cpu::executor& e) {
-                    return bellows::randk<>({.ratio = 0.1, .mode = bellows::randk_mode::per_rank, .seed = 8}, e);
-                  }), shape.size());
-    check_against(doc["methods"][2], direct(grads, shape, w, 2, [](bellows::cpu::executor& e) {
-                    return bellows::randk<>(
-                        {.ratio = 0.1, .unbiased = true, .feedback = bellows::feedback::none, .seed = 8}, e);
-                  }), shape.size());
+    check_method<bellows::randk<>>(doc["methods"][0], q, shape, w, 2, {.ratio = 0.1, .seed = 8});
+    check_method<bellows::randk<>>(doc["methods"][1], q, shape, w, 2,
+                                   {.ratio = 0.1, .mode = bellows::randk_mode::per_rank, .seed = 8});
+    check_method<bellows::randk<>>(
+        doc["methods"][2], q, shape, w, 2,
+        {.ratio = 0.1, .unbiased = true, .feedback = bellows::feedback::none, .seed = 8});
   }
 }

@@ -28,8 +28,8 @@ public:
 struct gradient_set {
   bellows::shape shape;
   std::vector<std::vector<float>> gradients;
-  std::vector<std::string> sources;   ///< file names, or "synthetic <distribution>"
-  std::vector<std::string> dtypes;    ///< how each source was stored ("float32", "float16")
+  std::vector<std::string> sources;  ///< file names, or "synthetic <distribution>"
+  std::vector<std::string> dtypes;   ///< how each source was stored ("float32", "float16")
 
   [[nodiscard]] std::size_t size() const noexcept { return gradients.size(); }
   [[nodiscard]] std::span<const float> at(std::size_t step) const { return gradients[step % size()]; }
@@ -44,8 +44,9 @@ struct gradient_set {
     if (!cpu::all_finite(exec, values)) {
       std::size_t i = 0;
       while (std::isfinite(values[i])) ++i;
-      throw input_error(bellows::detail::concat(source, ": element ", i, " is ", values[i],
-                                                "; a trainer skips such a step, so there is nothing to measure"));
+      throw input_error(
+          bellows::detail::concat(source, ": element ", i, " is ", values[i],
+                                  "; a trainer skips such a step, so there is nothing to measure"));
     }
     shape = shp;
     gradients.push_back(std::move(values));

@@ -79,7 +79,9 @@ std::string method_names() {
 /// CLI11's help with our usage line (its own cannot show the --method groups).
 class help_formatter : public CLI::Formatter {
 public:
-  std::string make_usage(const CLI::App*, std::string) const override { return std::string(usage_line) + "\n"; }
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return std::string(usage_line) + "\n";
+  }
 };
 
 /// The methods and their options, for the end of --help.
@@ -190,7 +192,8 @@ std::optional<options> parse(int argc, char** argv) {
     }
     for (const std::string& extra : sub.remaining()) global.push_back(extra);
   }
-  CLI::App app{"Measures gradient compressors on your own gradients: bytes sent, error, time.", "bellows-bench"};
+  CLI::App app{"Measures gradient compressors on your own gradients: bytes sent, error, time.",
+               "bellows-bench"};
   configure(app, o);
   std::vector<std::string> reversed(global.rbegin(), global.rend());
   try {
@@ -207,7 +210,8 @@ std::optional<options> parse(int argc, char** argv) {
 void check_combinations(const options& o) {
   if (o.backend == "cuda")
     throw usage_error("--backend cuda: not built with CUDA; this bellows-bench has the cpu backend only");
-  if (o.groups.empty()) throw usage_error("no method: give at least one --method NAME (" + method_names() + ")");
+  if (o.groups.empty())
+    throw usage_error("no method: give at least one --method NAME (" + method_names() + ")");
   if (o.files.empty() == o.synthetic.empty())
     throw usage_error(o.files.empty() ? "no input: give .npy files or --synthetic DIST --shape AxB"
                                       : "give either .npy files or --synthetic, not both");
@@ -270,8 +274,10 @@ int run(int argc, char** argv) {
   progress bar(std::cerr, ::isatty(STDERR_FILENO) == 1, o.groups.size() * calls_per_method(report.settings));
   for (const method_group& g : o.groups) {
     bar.label(std::string(g.m->name));
-    report.methods.push_back({std::string(g.m->name), g.m->params(g.args),
-                              g.m->run(g.args, {input, layer, report.settings, exec, bar}), {}});
+    report.methods.push_back({std::string(g.m->name),
+                              g.m->params(g.args),
+                              g.m->run(g.args, {input, layer, report.settings, exec, bar}),
+                              {}});
   }
   bar.finish();
 

@@ -24,10 +24,10 @@ namespace bellows::tool {
 
 /// How a method is run.
 struct run_settings {
-  std::size_t steps = 1;    ///< calls whose traffic and distortion are measured
-  std::size_t workers = 1;  ///< simulated ranks; each holds the same gradient
-  std::size_t repeats = 5;  ///< at least this many timed calls (the run goes on past `steps` if needed)
-  bool keep_output = false; ///< keep the averaged result of the last measured step
+  std::size_t steps = 1;     ///< calls whose traffic and distortion are measured
+  std::size_t workers = 1;   ///< simulated ranks; each holds the same gradient
+  std::size_t repeats = 5;   ///< at least this many timed calls (the run goes on past `steps` if needed)
+  bool keep_output = false;  ///< keep the averaged result of the last measured step
 };
 
 /// The number of reduce calls a method makes: one untimed warm-up, then at least `repeats` timed.

@@ -28,8 +28,8 @@ namespace bellows::tool {
 /// The parameters of one `--method NAME ...` group; each method reads the fields it has options for.
 /// Defaults are the library's own.
 struct method_args {
-  std::string feedback;     ///< "residual", "none", or empty for the method's own default
-  std::uint64_t seed = 0;   ///< keys the method's random choices (the global --seed)
+  std::string feedback;    ///< "residual", "none", or empty for the method's own default
+  std::uint64_t seed = 0;  ///< keys the method's random choices (the global --seed)
   double ratio = topk_params{}.ratio;
   bool approximate = false;  ///< top-k's approximate mode
   bool per_rank = false;     ///< rand-k's per-rank mode
@@ -59,7 +59,9 @@ namespace detail {
 inline bellows::identity<> make(const identity_params&, cpu::executor& e) { return bellows::identity<>(e); }
 inline bellows::topk<> make(const topk_params& p, cpu::executor& e) { return bellows::topk<>(p, e); }
 inline bellows::randk<> make(const randk_params& p, cpu::executor& e) { return bellows::randk<>(p, e); }
-inline bellows::powersgd<> make(const powersgd_params& p, cpu::executor& e) { return bellows::powersgd<>(p, e); }
+inline bellows::powersgd<> make(const powersgd_params& p, cpu::executor& e) {
+  return bellows::powersgd<>(p, e);
+}
 inline bellows::qsgd<> make(const qsgd_params& p, cpu::executor& e) { return bellows::qsgd<>(p, e); }
 
 /// The parameters a user chose or may want to know, as reported.
@@ -68,14 +70,18 @@ inline nlohmann::ordered_json describe(const topk_params& p) {
   return {{"ratio", p.ratio}, {"mode", to_string(p.mode)}, {"error_feedback", to_string(p.feedback)}};
 }
 inline nlohmann::ordered_json describe(const randk_params& p) {
-  return {{"ratio", p.ratio}, {"mode", to_string(p.mode)}, {"unbiased", p.unbiased},
+  return {{"ratio", p.ratio},
+          {"mode", to_string(p.mode)},
+          {"unbiased", p.unbiased},
           {"error_feedback", to_string(p.feedback)}};
 }
 inline nlohmann::ordered_json describe(const powersgd_params& p) {
   return {{"rank", p.rank}, {"error_feedback", to_string(p.feedback)}};
 }
 inline nlohmann::ordered_json describe(const qsgd_params& p) {
-  return {{"bits", p.bits}, {"bucket", p.bucket}, {"norm", p.norm == qsgd_norm::max_abs ? "max-abs" : "l2"},
+  return {{"bits", p.bits},
+          {"bucket", p.bucket},
+          {"norm", p.norm == qsgd_norm::max_abs ? "max-abs" : "l2"},
           {"error_feedback", to_string(p.feedback)}};
 }
 
@@ -100,7 +106,9 @@ constexpr method entry(std::string_view name, std::string_view summary, Options,
 
 /// The memory a method runs with: --error-feedback if given, else the method's default.
 [[nodiscard]] inline bellows::feedback feedback_or(const method_args& a, bellows::feedback fallback) {
-  return a.feedback.empty() ? fallback : a.feedback == "none" ? bellows::feedback::none : bellows::feedback::residual;
+  return a.feedback.empty()     ? fallback
+         : a.feedback == "none" ? bellows::feedback::none
+                                : bellows::feedback::residual;
 }
 
 /// The --error-feedback option of a method whose default memory is `fallback`.
@@ -120,13 +128,14 @@ inline void add_ratio(CLI::App& app, method_args& a) {
 [[nodiscard]] inline std::span<const method> methods() {
   static const method all[] = {
       detail::entry(
-          "identity", "plain averaging by allreduce: the uncompressed baseline", [](CLI::App&, method_args&) {},
-          [](const method_args&) { return identity_params{}; }),
+          "identity", "plain averaging by allreduce: the uncompressed baseline",
+          [](CLI::App&, method_args&) {}, [](const method_args&) { return identity_params{}; }),
       detail::entry(
           "topk", "the ceil(ratio n) largest |x|, as indices and values; allgather",
           [](CLI::App& app, method_args& a) {
             detail::add_ratio(app, a);
-            app.add_flag("--approximate", a.approximate, "keep between k and 1.25 k of the largest, when cheaper");
+            app.add_flag("--approximate", a.approximate,
+                         "keep between k and 1.25 k of the largest, when cheaper");
             detail::add_feedback(app, a, topk_params{}.feedback);
           },
           [](const method_args& a) {
@@ -159,14 +168,16 @@ inline void add_ratio(CLI::App& app, method_args& a) {
             detail::add_feedback(app, a, powersgd_params{}.feedback);
           },
           [](const method_args& a) {
-            return powersgd_params{
-                .rank = a.rank, .feedback = detail::feedback_or(a, powersgd_params{}.feedback), .seed = a.seed};
+            return powersgd_params{.rank = a.rank,
+                                   .feedback = detail::feedback_or(a, powersgd_params{}.feedback),
+                                   .seed = a.seed};
           }),
       detail::entry(
           "qsgd", "stochastic rounding to 2^(bits-1) - 1 levels per bucket scale; allgather",
           [](CLI::App& app, method_args& a) {
             app.add_option("--bits", a.bits, "bits per element: 2, 4 or 8")->capture_default_str();
-            app.add_option("--bucket", a.bucket, "elements per bucket (one float scale each)")->capture_default_str();
+            app.add_option("--bucket", a.bucket, "elements per bucket (one float scale each)")
+                ->capture_default_str();
             app.add_option("--norm", a.norm, "bucket scale: l2 or max-abs")
                 ->check(CLI::IsMember({"l2", "max-abs"}))
                 ->capture_default_str();
