@@ -73,6 +73,14 @@ outcome bench(const scratch& s, const std::string& args) {
   return o;
 }
 
+/// bench() for a run that must succeed, with --json added: its parsed output.
+json bench_json(const scratch& s, const std::string& args) {
+  const outcome o = bench(s, args + " --json");
+  INFO(o.err);
+  REQUIRE(o.code == 0);
+  return json::parse(o.out);
+}
+
 void write_bytes(const std::string& path, const std::vector<std::byte>& bytes) {
   std::ofstream(path, std::ios::binary)
       .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
@@ -266,10 +274,8 @@ TEST_CASE("cli: malformed and unusable input files exit 3 with a message naming 
 TEST_CASE("cli: --json parses and holds every field of the table, the input and the configuration") {
   scratch s;
   npy::write(s / "g.npy", bellows::shape{8, 6}, bellows::testing::normal_floats(48, 5));
-  const outcome o =
-      bench(s, "'" + (s / "g.npy") + "' --method identity --steps 3 --workers 2 --repeats 2 --json");
-  REQUIRE(o.code == 0);
-  const json doc = json::parse(o.out);
+  const json doc =
+      bench_json(s, "'" + (s / "g.npy") + "' --method identity --steps 3 --workers 2 --repeats 2");
   CHECK(doc["tool"] == "bellows-bench");
   CHECK(doc["input"]["shape"] == json::array({8, 6}));
   CHECK(doc["input"]["elements"] == 48);
@@ -320,15 +326,13 @@ TEST_CASE("cli: the table names the input and each method, and the figures' mean
 TEST_CASE("cli: identity round trip against the library, W = 1 and 3, several files as a sequence") {
   scratch s;
   const bellows::shape shape{12, 10};
-  const auto [grads, files] = write_sequence(s, shape, 2, 20);
+  const sequence q = write_sequence(s, shape, 2, 20);
   for (const std::size_t w : {1u, 3u}) {
     CAPTURE(w);
-    const outcome o = bench(s, files + "--method identity --steps 3 --workers " + std::to_string(w) +
-                                   " --json --out '" + (s / "out.npy") + "'");
-    REQUIRE(o.code == 0);
-    const json m = json::parse(o.out)["methods"][0];
+    const json m = bench_json(s, q.files + "--method identity --steps 3 --workers " + std::to_string(w) +
+                                     " --out '" + (s / "out.npy") + "'")["methods"][0];
     const direct_result d =
-        direct(grads, shape, w, 3, [](bellows::cpu::executor& e) { return bellows::identity<>(e); });
+        direct(q.grads, shape, w, 3, [](bellows::cpu::executor& e) { return bellows::identity<>(e); });
     check_against(m, d, shape.size());
     CHECK(m["out"] == s / "out.npy");
     const npy::array written = npy::read(s / "out.npy");
@@ -345,10 +349,8 @@ TEST_CASE("cli: float16 input is measured on its exact float32 values") {
       npy_with_header("{'descr': '<f2', 'fortran_order': False, 'shape': (3, 2), }", 12);
   std::memcpy(file.data() + file.size() - 12, halves, 12);
   write_bytes(s / "h.npy", file);
-  const outcome o =
-      bench(s, "'" + (s / "h.npy") + "' --method identity --json --out '" + (s / "o.npy") + "'");
-  REQUIRE(o.code == 0);
-  CHECK(json::parse(o.out)["input"]["gradients"][0]["dtype"] == "float16");
+  const json doc = bench_json(s, "'" + (s / "h.npy") + "' --method identity --out '" + (s / "o.npy") + "'");
+  CHECK(doc["input"]["gradients"][0]["dtype"] == "float16");
   CHECK(npy::read(s / "o.npy").values ==
         std::vector<float>{1.0f, -2.0f, 0.5f, 0x1p-24f, 65504.0f, 1.0f + 0x1p-10f});
 }
@@ -372,11 +374,9 @@ TEST_CASE("cli: powersgd round trip against the library, with and without error 
   const sequence q = write_sequence(s, shape, 2, 30);
   for (const std::size_t w : {1u, 2u}) {
     CAPTURE(w);
-    const outcome o =
-        bench(s, q.files + "--steps 3 --seed 5 --json --workers " + std::to_string(w) +
-                     " --method powersgd --rank 2 --method powersgd --rank 3 --error-feedback none");
-    REQUIRE(o.code == 0);
-    const json doc = json::parse(o.out);
+    const json doc =
+        bench_json(s, q.files + "--steps 3 --seed 5 --workers " + std::to_string(w) +
+                          " --method powersgd --rank 2 --method powersgd --rank 3 --error-feedback none");
     const json& with = doc["methods"][0];
     const json& without = doc["methods"][1];
     CHECK(with["params"] == json{{"rank", 2}, {"error_feedback", "residual"}});
@@ -394,9 +394,8 @@ TEST_CASE("cli: powersgd leaves a small matrix uncompressed, and says so") {
   const outcome table = bench(s, "'" + (s / "g.npy") + "' --repeats 1 --method powersgd --rank 2");
   REQUIRE(table.code == 0);
   CHECK(table.out.find("note: powersgd leaves a tensor of this shape uncompressed") != std::string::npos);
-  const outcome o = bench(s, "'" + (s / "g.npy") + "' --repeats 1 --json --method powersgd --rank 2");
-  REQUIRE(o.code == 0);
-  const json m = json::parse(o.out)["methods"][0];
+  const json m =
+      bench_json(s, "'" + (s / "g.npy") + "' --repeats 1 --method powersgd --rank 2")["methods"][0];
   CHECK(m["compressed"] == false);
   CHECK(m["rel_error"] == 0.0);
 }
@@ -407,12 +406,10 @@ TEST_CASE("cli: qsgd round trip against the library, W = 1 and 3, with the globa
   const sequence q = write_sequence(s, shape, 1, 40);
   for (const std::size_t w : {1u, 3u}) {
     CAPTURE(w);
-    const outcome o =
-        bench(s, q.files + "--steps 2 --json --error-feedback residual --workers " + std::to_string(w) +
-                     " --method qsgd --bits 4 --bucket 64 --method qsgd --bits 2 "
-                     "--bucket 50 --norm max-abs --error-feedback none");
-    REQUIRE(o.code == 0);
-    const json doc = json::parse(o.out);
+    const json doc =
+        bench_json(s, q.files + "--steps 2 --error-feedback residual --workers " + std::to_string(w) +
+                          " --method qsgd --bits 4 --bucket 64 --method qsgd --bits 2"
+                          " --bucket 50 --norm max-abs --error-feedback none");
     CHECK(doc["methods"][0]["params"] ==
           json{{"bits", 4}, {"bucket", 64}, {"norm", "l2"}, {"error_feedback", "residual"}});
     check_method<bellows::qsgd<>>(doc["methods"][0], q, shape, w, 2,
@@ -428,12 +425,10 @@ TEST_CASE("cli: topk round trip against the library: exact and approximate, with
   const sequence q = write_sequence(s, shape, 3, 50);
   for (const std::size_t w : {1u, 3u}) {
     CAPTURE(w);
-    const outcome o =
-        bench(s, q.files + "--seed 3 --json --workers " + std::to_string(w) +
-                     " --method topk --ratio 0.05 --method topk --ratio 0.02 --error-feedback none"
-                     " --method topk --ratio 0.05 --approximate");
-    REQUIRE(o.code == 0);
-    const json doc = json::parse(o.out);
+    const json doc =
+        bench_json(s, q.files + "--seed 3 --workers " + std::to_string(w) +
+                          " --method topk --ratio 0.05 --method topk --ratio 0.02 --error-feedback none"
+                          " --method topk --ratio 0.05 --approximate");
     CHECK(doc["config"]["steps"] == 3);
     CHECK(doc["methods"][0]["params"] ==
           json{{"ratio", 0.05}, {"mode", "exact"}, {"error_feedback", "residual"}});
@@ -452,11 +447,9 @@ TEST_CASE("cli: randk round trip against the library: shared, per-rank, unbiased
   const sequence q = write_sequence(s, shape, 1, 60);
   for (const std::size_t w : {1u, 3u}) {
     CAPTURE(w);
-    const outcome o = bench(s, q.files + "--steps 2 --seed 8 --json --workers " + std::to_string(w) +
-                                   " --method randk --ratio 0.1 --method randk --ratio 0.1 --per-rank"
-                                   " --method randk --ratio 0.1 --unbiased");
-    REQUIRE(o.code == 0);
-    const json doc = json::parse(o.out);
+    const json doc = bench_json(s, q.files + "--steps 2 --seed 8 --workers " + std::to_string(w) +
+                                       " --method randk --ratio 0.1 --method randk --ratio 0.1 --per-rank"
+                                       " --method randk --ratio 0.1 --unbiased");
     CHECK(doc["methods"][2]["params"] ==
           json{{"ratio", 0.1}, {"mode", "shared"}, {"unbiased", true}, {"error_feedback", "none"}});
     check_method<bellows::randk<>>(doc["methods"][0], q, shape, w, 2, {.ratio = 0.1, .seed = 8});
