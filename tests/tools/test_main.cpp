@@ -211,6 +211,8 @@ TEST_CASE("cli: usage errors and bad method configurations exit 2 with the messa
       {g + "--method identity --backend cuda", "not built with CUDA"},
       {g + "--method identity --error-feedback sometimes", "--error-feedback"},
       {g + "--method identity --bogus", "--bogus"},
+      {g + "--method identity --out /nonexistent/o.npy",
+       "--out /nonexistent/o.npy: /nonexistent is not a directory this process can write to"},
       {g + "--method powersgd --rank 0", "--method powersgd: powersgd: rank must be >= 1, got 0"},
       {g + "--method qsgd --bits 3", "--method qsgd: qsgd: bits must be 2, 4 or 8, got 3"},
       {g + "--method qsgd --bucket 0", "bucket must be in [1, 2^24), got 0"},

@@ -217,6 +217,12 @@ void check_combinations(const options& o) {
                                       : "give either .npy files or --synthetic, not both");
   if (!o.synthetic.empty() && o.shape.empty()) throw usage_error("--synthetic needs --shape, e.g. 4096x4096");
   if (o.synthetic.empty() && !o.shape.empty()) throw usage_error("--shape goes with --synthetic");
+  if (!o.out.empty()) {  // checked now, not after a long run
+    const std::filesystem::path dir = std::filesystem::path(o.out).parent_path();
+    const std::string where = dir.empty() ? "." : dir.string();
+    if (!std::filesystem::is_directory(where) || ::access(where.c_str(), W_OK) != 0)
+      throw usage_error("--out " + o.out + ": " + where + " is not a directory this process can write to");
+  }
 }
 
 gradient_set load_input(const options& o, bellows::cpu::executor& exec) {
