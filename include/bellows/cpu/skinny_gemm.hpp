@@ -60,9 +60,10 @@ inline constexpr std::size_t rank_block = 4;
   return std::max<std::size_t>(1, elementwise_chunk / std::max<std::size_t>(cols, 1));
 }
 
-/// Columns per task of M^T P: the r accumulator columns of a panel stay in the L1 cache.
+/// Columns per task of M^T P: row segments long enough to stream well (up to 16 KiB), while
+/// the r accumulator columns of a panel (64 KiB) stay in the L2 cache.
 [[nodiscard]] inline std::size_t panel_width(std::size_t rank) noexcept {
-  const std::size_t w = std::clamp<std::size_t>(4096 / std::max<std::size_t>(rank, 1), 64, 1024);
+  const std::size_t w = std::clamp<std::size_t>(16384 / std::max<std::size_t>(rank, 1), 64, 4096);
   return w / lane_width * lane_width;
 }
 
