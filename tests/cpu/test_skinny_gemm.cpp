@@ -15,8 +15,8 @@ struct shape_case {
   std::size_t n, m;
 };
 // Tails in both directions (m not a multiple of the lane width, n not a multiple of four rows),
-// one panel and several, few rows and many.
-const shape_case shapes[] = {{1, 1}, {3, 7}, {5, 8}, {17, 33}, {64, 48}, {9, 1100}, {130, 2051}};
+// one panel and several (at every rank), few rows and many.
+const shape_case shapes[] = {{1, 1}, {3, 7}, {5, 8}, {17, 33}, {64, 48}, {9, 1100}, {130, 2051}, {6, 9001}};
 
 std::vector<double> reference_p(const std::vector<float>& g, const std::vector<float>& e, std::size_t n,
                                 std::size_t m, const std::vector<float>& q, std::size_t r) {
