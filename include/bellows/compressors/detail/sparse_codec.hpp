@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // What top-k and rand-k share: SPEC.md's rule for k, their payload (ascending indices, then
-// values), its complete validation, and the per-layer state of a step whose error-memory update
-// waits until every rank's input proved finite.
+// values) and its complete validation, the per-layer state of a step whose error-memory update
+// waits until every rank's input proved finite, and the functions around it.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "bellows/compressors/detail/gather_average.hpp"
 #include "bellows/concepts.hpp"
 #include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
@@ -22,6 +24,8 @@
 #include "bellows/core/shape.hpp"
 #include "bellows/core/traffic.hpp"
 #include "bellows/core/wire.hpp"
+#include "bellows/cpu/elementwise.hpp"
+#include "bellows/cpu/sparse.hpp"
 #include "bellows/feedback/error_feedback.hpp"
 
 namespace bellows::detail {
@@ -159,32 +163,141 @@ struct sparse_entries {
 }
 
 /// The per-layer state top-k and rand-k share. `memory` is e; a step writes its successor into
-/// `staged_` and its payload into `payload_`, and commit_step makes them current once every
-/// rank's input proved finite.
+/// `staged_` and its payload into `payload_`, and commit makes them current once every rank's
+/// input proved finite.
 struct sparse_state {
   layer_info layer;
   std::uint64_t step = 0;
   error_memory memory;  ///< the error memory e (no values when feedback is none)
 
 protected:
+  template <class, class>
+  friend class sparse_codec;
+
   error_memory staged_;
   std::vector<std::uint64_t> payload_;
   std::size_t payload_bytes_ = 0;
   bool pending_ = false;  ///< a step was staged with finite input and not yet committed
   gather_buffer gathered_;
-
-  friend struct sparse_steps;
 };
 
-/// The steps of sparse_state, written once for both compressors.
-struct sparse_steps {
+/// S is the state type of compressor C.
+template <class S, class C>
+concept state_of = std::same_as<S, typename C::state>;
+
+/// What top-k and rand-k share beyond their selection: make_state, the staged step,
+/// PayloadCodec, checkpoints and averaging by allgather. Derived (a friend) provides `codec` (its wire::codec), `name`,
+/// counts(layer) -> {least, most} entries of its payloads, fit(state&) (validates the
+/// parameters for the layer, sizes the workspace) and write(state&, g, e, staged, out, rank),
+/// which writes one payload (selecting from g + e, and staging the next memory, when e is not
+/// empty). The member templates take Derived::state only.
+template <class Derived, class Exec>
+class sparse_codec {
+public:
+  explicit sparse_codec(Exec& exec) : exec_(&exec) {}
+
+  /// Validates the parameters for the layer (raising bellows::error that names the layer and
+  /// the value) and sizes its memory and workspace; returns a Derived::state.
+  [[nodiscard]] auto make_state(const layer_info& layer) const {
+    typename Derived::state st;
+    st.layer = layer;
+    derived().fit(st);
+    return st;
+  }
+
+  /// The first half of a step, for a trainer that exchanges payloads itself: selects from
+  /// m = grad + e, writes the next error memory aside, and returns this rank's payload (held by
+  /// the state until the next stage). Changes neither the memory nor the step counter. Once
+  /// every rank's payload validated without non_finite, call commit.
+  template <class State>
+    requires state_of<State, Derived>
+  std::span<const std::byte> stage(State& st, std::span<const float> grad, std::size_t rank = 0) const {
+    derived().fit(st);
+    check_size(st, grad.size());
+    const bool feedback = st.memory.enabled();
+    st.payload_.resize((max_payload_bytes(st) + 7) / 8);
+    const std::span<const std::byte> payload = derived().write(
+        st, grad, feedback ? std::span<const float>(st.memory.values()) : std::span<const float>{},
+        feedback ? st.staged_.values() : std::span<float>{}, std::as_writable_bytes(std::span(st.payload_)),
+        rank);
+    st.payload_bytes_ = payload.size();
+    st.pending_ = (header_of(payload).flags & wire::flag::non_finite) == 0;
+    return payload;
+  }
+
+  /// The second half: the staged memory becomes current and the step counter advances.
+  template <class State>
+    requires state_of<State, Derived>
+  void commit(State& st) const {
+    BELLOWS_EXPECTS(st.pending_, Derived::name, ": layer '", st.layer.name,
+                    "' has no staged step with finite input to commit");
+    if (st.memory.enabled()) std::swap(st.memory, st.staged_);
+    ++st.step;
+    st.pending_ = false;
+  }
+
+  // PayloadCodec: the selection from `in` as it is (no error memory), keyed by state.step.
+
+  template <class State>
+    requires state_of<State, Derived>
+  [[nodiscard]] std::size_t max_payload_bytes(const State& st) const {
+    return sparse_payload_bytes(st.layer.size(), derived().counts(st.layer).second);
+  }
+
+  template <class State>
+    requires state_of<State, Derived>
+  [[nodiscard]] std::span<std::byte> encode(State& st, std::span<const float> in,
+                                            std::span<std::byte> out, std::size_t rank = 0) const {
+    derived().fit(st);
+    check_size(st, in.size());
+    return derived().write(st, in, {}, {}, out, rank);
+  }
+
+  template <class State>
+    requires state_of<State, Derived>
+  [[nodiscard]] step_status validate(const State& st, std::span<const std::byte> payload) const {
+    return read(st, payload).status;
+  }
+
+  template <class State>
+    requires state_of<State, Derived>
+  [[nodiscard]] step_status decode_add(const State& st, std::span<const std::byte> payload,
+                                       std::span<float> acc) const {
+    check_size(st, acc.size());
+    const sparse_entries e = read(st, payload);
+    if (e.status == step_status::ok) {
+      if (wide_indices(st.layer.size()))
+        scatter_add(*exec_, acc, e.index64, e.value);
+      else
+        scatter_add(*exec_, acc, e.index32, e.value);
+    }
+    return e.status;
+  }
+
+  /// Checkpoint of a layer's state: its step counter and error memory.
+  template <class State>
+    requires state_of<State, Derived>
+  void save(const State& st, checkpoint_writer& out) const {
+    out.put(st.step);
+    out.put_array(std::span<const float>(st.memory.values()));
+  }
+  template <class State>
+    requires state_of<State, Derived>
+  void load(State& st, checkpoint_reader& in) const {
+    const auto step = in.get<std::uint64_t>(Derived::name);
+    in.get_array(st.memory.values(), Derived::name);
+    st.step = step;
+    st.pending_ = false;
+  }
+
+protected:
   /// Sizes the memories for `kind` on a fresh state; on a used one, checks that the kind is the
   /// one it was made with (a state keeps its memory across compressors of other ratios).
-  static void fit_memory(sparse_state& st, feedback kind, std::string_view who) {
+  static void fit_memory(sparse_state& st, feedback kind) {
     const std::size_t n = st.layer.size();
     if (st.memory.kind() == kind && st.memory.values().size() == (kind == feedback::none ? 0 : n)) return;
     BELLOWS_EXPECTS(st.step == 0 && st.memory.kind() == feedback::none && st.memory.values().empty(),
-                    who, ": layer '", st.layer.name, "' has a state made with feedback ",
+                    Derived::name, ": layer '", st.layer.name, "' has a state made with feedback ",
                     to_string(st.memory.kind()), ", used by a compressor with feedback ",
                     to_string(kind));
     st.memory = error_memory(kind, n);
@@ -192,26 +305,9 @@ struct sparse_steps {
   }
 
   /// The memory e and the buffer its successor goes to; both empty without feedback.
-  struct compensation {
-    std::span<const float> memory;
-    std::span<float> staged;
-  };
-  [[nodiscard]] static compensation compensation_of(sparse_state& st) noexcept {
+  [[nodiscard]] static std::pair<std::span<const float>, std::span<float>> compensation(sparse_state& st) noexcept {
     if (!st.memory.enabled()) return {};
     return {st.memory.values(), st.staged_.values()};
-  }
-
-  /// Stages a step: write(compensation, out) writes this rank's payload, of at most `bytes`,
-  /// into `out`; it is kept in the state until the next stage. The step may be committed unless
-  /// the payload is flagged non-finite.
-  template <class Write>
-  static std::span<const std::byte> stage(sparse_state& st, std::size_t bytes, Write&& write) {
-    st.payload_.resize((bytes + 7) / 8);
-    const std::span<const std::byte> payload =
-        write(compensation_of(st), std::as_writable_bytes(std::span(st.payload_)));
-    st.payload_bytes_ = payload.size();
-    st.pending_ = (header_of(payload).flags & wire::flag::non_finite) == 0;
-    return payload;
   }
 
   /// Records a step staged without a payload (its values went to an allreduce buffer).
@@ -220,30 +316,44 @@ struct sparse_steps {
     st.pending_ = finite;
   }
 
-  [[nodiscard]] static gather_buffer& gathered(sparse_state& st) noexcept { return st.gathered_; }
-
-  /// The error-memory update of the staged step becomes current and the step counter advances.
-  static void commit(sparse_state& st, std::string_view who) {
-    BELLOWS_EXPECTS(st.pending_, who, ": layer '", st.layer.name,
-                    "' has no staged step with finite input to commit");
-    if (st.memory.enabled()) std::swap(st.memory, st.staged_);
-    ++st.step;
-    st.pending_ = false;
+  /// Averages the payload `mine` of a staged step over the ranks by allgather.
+  template <class State, Collective Coll>
+  reduce_result average_by_allgather(State& st, std::span<const std::byte> mine, std::span<float> inout,
+                                     Coll& coll) const {
+    reduce_result r;
+    r.status = gather_average(
+        derived(), st, mine, inout, coll, st.gathered_, [&](std::span<float> v) { fill(*exec_, v, 0.0f); },
+        [&](std::span<float> v, float d) {
+          if (d != 1.0f) divide(*exec_, v, d);  // x / 1 is x
+        });
+    const std::uint64_t kept = header_of(mine).count;
+    r.sent = {mine.size(), kept, kept};
+    return r;
   }
 
-  /// Forgets the staged step (some rank's input was non-finite).
-  static void discard(sparse_state& st) noexcept { st.pending_ = false; }
-
-  /// Checkpoint: the step counter and the error memory.
-  static void save(const sparse_state& st, checkpoint_writer& out) {
-    out.put(st.step);
-    out.put_array(std::span<const float>(st.memory.values()));
+  /// Ends a step: commits it if it went through everywhere, else forgets it.
+  template <class State>
+  reduce_result conclude(State& st, reduce_result r) const {
+    if (r.status == step_status::ok)
+      commit(st);
+    else
+      st.pending_ = false;
+    return r;
   }
-  static void load(sparse_state& st, checkpoint_reader& in, std::string_view who) {
-    const auto step = in.get<std::uint64_t>(who);
-    in.get_array(st.memory.values(), who);
-    st.step = step;
-    st.pending_ = false;
+
+  static void check_size(const sparse_state& st, std::size_t n) {
+    BELLOWS_EXPECTS(n == st.layer.size(), Derived::name, ": layer '", st.layer.name, "' of shape ",
+                    st.layer.shape.to_string(), " has ", st.layer.size(), " elements, the buffer ", n);
+  }
+
+  Exec* exec_;
+
+private:
+  [[nodiscard]] const Derived& derived() const noexcept { return static_cast<const Derived&>(*this); }
+
+  [[nodiscard]] sparse_entries read(const sparse_state& st, std::span<const std::byte> payload) const {
+    const auto [least, most] = derived().counts(st.layer);
+    return read_sparse(payload, Derived::codec, st.layer, least, most);
   }
 };
 
