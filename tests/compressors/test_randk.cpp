@@ -13,27 +13,21 @@
 
 #include "../support/allocation_counter.hpp"
 #include "../support/random.hpp"
+#include "sparse_checks.hpp"
 
 namespace {
 
 using bellows::collectives::local;
 using bellows::collectives::local_group;
 
-struct payload_storage {
-  std::vector<std::uint64_t> words;
-  explicit payload_storage(std::size_t bytes) : words((bytes + 7) / 8) {}
-  std::span<std::byte> bytes() { return std::as_writable_bytes(std::span(words)); }
-};
+using bellows::testing::payload_storage;
+using bellows::testing::same_bits;
 
 /// The indices of a valid rand-k payload of a layer below 2^32 elements.
 std::vector<std::uint32_t> indices_of(std::span<const std::byte> payload) {
   const auto count = bellows::detail::header_of(payload).count;
   const auto* first = reinterpret_cast<const std::uint32_t*>(payload.data() + bellows::wire::header_bytes);
   return {first, first + count};
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
 
 }  // namespace
@@ -63,42 +57,30 @@ TEST_CASE("randk: k distinct ascending indices, the same on every rank only in s
 }
 
 TEST_CASE("randk: for W = 1, 2, 3, 8 the output is the average of every rank's decoded payload") {
-  const std::size_t n = 3000;
-  for (auto mode : {bellows::randk_mode::shared, bellows::randk_mode::per_rank}) {
+  for (auto mode : {bellows::randk_mode::shared, bellows::randk_mode::per_rank})
     for (std::size_t w : {1u, 2u, 3u, 8u}) {
       CAPTURE(w);
-      std::vector<std::vector<float>> decoded(w, std::vector<float>(n, 0.0f)), out(w);
-      std::vector<bellows::traffic> sent(w);
-      local_group group(w);
-      bellows::cpu::executor exec(2);
-      group.run([&](local& comm) {
-        bellows::randk<> c({.ratio = 0.05, .mode = mode}, exec);
-        CHECK(c.aggregation() == (mode == bellows::randk_mode::shared ? bellows::aggregation::allreduce
-                                                                       : bellows::aggregation::allgather));
-        auto st = c.make_state({2, "w", bellows::shape{n}});
-        for (int s = 0; s < 3; ++s) {
-          auto x = bellows::testing::normal_floats(n, 17 * comm.rank() + s);
-          auto ahead = st;
-          std::fill(decoded[comm.rank()].begin(), decoded[comm.rank()].end(), 0.0f);
-          (void)c.decode_add(ahead, c.stage(ahead, x, comm.rank()), decoded[comm.rank()]);
-          const auto r = c.reduce(st, x, comm);
-          CHECK(r.status == bellows::step_status::ok);
-          out[comm.rank()] = x;
-          sent[comm.rank()] = r.sent;
-        }
-      });
-      std::vector<float> expected(n, 0.0f);
-      for (std::size_t r = 0; r < w; ++r)
-        for (std::size_t i = 0; i < n; ++i) expected[i] += decoded[r][i];
-      if (w > 1)
-        for (float& v : expected) v /= static_cast<float>(w);
-      for (std::size_t r = 0; r < w; ++r) {
-        CHECK(out[r] == expected);
-        if (mode == bellows::randk_mode::shared)
-          CHECK(sent[r] == bellows::traffic{4 * 151, 151, 150});
-        else
-          CHECK(sent[r] == bellows::traffic{bellows::detail::sparse_payload_bytes(n, 150), 150, 150});
-      }
+      bellows::testing::check_average_of_payloads(
+          [&](bellows::cpu::executor& exec) { return bellows::randk<>({.ratio = 0.05, .mode = mode}, exec); },
+          w, bellows::shape{3000});
+    }
+}
+
+TEST_CASE("randk: the traffic of a step, and the aggregation of each mode") {
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  const std::size_t n = 3000;
+  for (auto mode : {bellows::randk_mode::shared, bellows::randk_mode::per_rank}) {
+    bellows::randk<> c({.ratio = 0.05, .mode = mode}, exec);
+    auto st = c.make_state({0, "w", bellows::shape{n}});
+    auto x = bellows::testing::normal_floats(n, 1);
+    const auto sent = c.reduce(st, x, solo).sent;
+    if (mode == bellows::randk_mode::shared) {
+      CHECK(c.aggregation() == bellows::aggregation::allreduce);
+      CHECK(sent == bellows::traffic{4 * 151, 151, 150});
+    } else {
+      CHECK(c.aggregation() == bellows::aggregation::allgather);
+      CHECK(sent == bellows::traffic{bellows::detail::sparse_payload_bytes(n, 150), 150, 150});
     }
   }
 }
@@ -123,35 +105,8 @@ TEST_CASE("randk: indices uniform over steps (chi-square on frequencies, false a
 }
 
 TEST_CASE("randk residual feedback: e = m with zeros where kept; sum of contributions + e_T = sum of g") {
-  // As for top-k: the split of m = fl(g + e) is exact, so the sums differ only by the rounding
-  // of the T additions, at most 2^-24 * sum_t |m_t| per element.
-  const std::size_t n = 4000, steps = 50;
-  bellows::cpu::executor exec(1);
-  bellows::archetypes::collective solo;
-  bellows::randk<> c({.ratio = 0.03}, exec);
-  auto st = c.make_state({1, "w", bellows::shape{n}});
-  std::vector<double> sum_g(n, 0.0), sum_c(n, 0.0), bound(n, 0.0);
-  bool split_exact = true;
-  for (std::size_t t = 0; t < steps; ++t) {
-    auto g = bellows::testing::normal_floats(n, 500 + t);
-    std::vector<float> m(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      m[i] = g[i] + st.memory.values()[i];
-      sum_g[i] += g[i];
-      bound[i] += std::abs(double{m[i]}) * 0x1p-24;
-    }
-    REQUIRE(c.reduce(st, g, solo).status == bellows::step_status::ok);
-    for (std::size_t i = 0; i < n; ++i) {
-      sum_c[i] += g[i];
-      const float e = st.memory.values()[i];
-      split_exact &= g[i] == 0.0f ? e == m[i] : (e == 0.0f && g[i] == m[i]);
-    }
-  }
-  CHECK(split_exact);
-  std::size_t within = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    within += std::abs(sum_c[i] + st.memory.values()[i] - sum_g[i]) <= bound[i] + 1e-12;
-  CHECK(within == n);
+  bellows::testing::check_feedback_invariant(
+      [](bellows::cpu::executor& exec) { return bellows::randk<>({.ratio = 0.03}, exec); }, 4000, 50);
 }
 
 TEST_CASE("randk unbiased: kept values scaled by n / k, only without error feedback") {
@@ -176,28 +131,11 @@ TEST_CASE("randk unbiased: kept values scaled by n / k, only without error feedb
 }
 
 TEST_CASE("randk: NaN or Inf on one rank gives non_finite on all; gradient, memory and step unchanged") {
-  for (auto mode : {bellows::randk_mode::shared, bellows::randk_mode::per_rank}) {
-    const std::size_t n = 2000, w = 3;
-    local_group group(w);
-    std::atomic<int> right{0};
-    group.run([&](local& comm) {
-      bellows::cpu::executor exec(1);
-      bellows::randk<> c({.ratio = 0.02, .mode = mode}, exec);
-      auto st = c.make_state({0, "w", bellows::shape{n}});
-      auto x = bellows::testing::normal_floats(n, comm.rank());
-      (void)c.reduce(st, x, comm);
-      const std::vector<float> memory(st.memory.values().begin(), st.memory.values().end());
-      auto g = bellows::testing::normal_floats(n, 9 + comm.rank());
-      if (comm.rank() == 0) g[1234] = std::numeric_limits<float>::quiet_NaN();  // kept or not
-      const auto before = g;
-      const auto r = c.reduce(st, g, comm);
-      if (r.status == bellows::step_status::non_finite && same_bits(g, before) &&
-          same_bits(st.memory.values(), memory) && st.step == 1 &&
-          c.reduce(st, x, comm).status == bellows::step_status::ok && st.step == 2)
-        ++right;
-    });
-    CHECK(right == static_cast<int>(w));
-  }
+  for (auto mode : {bellows::randk_mode::shared, bellows::randk_mode::per_rank})
+    for (std::size_t at : {std::size_t{0}, std::size_t{1234}, std::size_t{1999}})  // kept or not
+      bellows::testing::check_non_finite(
+          [&](bellows::cpu::executor& exec) { return bellows::randk<>({.ratio = 0.02, .mode = mode}, exec); },
+          2000, at, std::numeric_limits<float>::quiet_NaN());
 }
 
 TEST_CASE("randk: bad configuration and bad payloads are refused") {
@@ -254,17 +192,5 @@ TEST_CASE("randk: steady-state steps allocate nothing") {
 }
 
 TEST_CASE("randk: save and load restore the step and the memory") {
-  bellows::cpu::executor exec(1);
-  bellows::archetypes::collective solo;
-  bellows::randk<> c({.ratio = 0.1}, exec);
-  auto st = c.make_state({0, "w", bellows::shape{64}});
-  auto x = bellows::testing::normal_floats(64, 2);
-  (void)c.reduce(st, x, solo);
-  bellows::checkpoint_writer w;
-  c.save(st, w);
-  auto restored = c.make_state({0, "w", bellows::shape{64}});
-  bellows::checkpoint_reader r(w.bytes());
-  c.load(restored, r);
-  CHECK(restored.step == 1);
-  CHECK(same_bits(restored.memory.values(), st.memory.values()));
+  bellows::testing::check_save_load([](bellows::cpu::executor& exec) { return bellows::randk<>({.ratio = 0.1}, exec); });
 }

@@ -1,11 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-#include <bellows/collectives/local.hpp>
 #include <bellows/compressors/topk.hpp>
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -17,17 +15,12 @@
 
 #include "../support/allocation_counter.hpp"
 #include "../support/random.hpp"
+#include "sparse_checks.hpp"
 
 namespace {
 
-using bellows::collectives::local;
-using bellows::collectives::local_group;
-
-struct payload_storage {
-  std::vector<std::uint64_t> words;
-  explicit payload_storage(std::size_t bytes) : words((bytes + 7) / 8) {}
-  std::span<std::byte> bytes() { return std::as_writable_bytes(std::span(words)); }
-};
+using bellows::testing::payload_storage;
+using bellows::testing::same_bits;
 
 /// The reference: x with all but its k largest |x| zeroed, ties to the lower index.
 std::vector<float> sorted_top(const std::vector<float>& x, std::size_t k) {
@@ -38,10 +31,6 @@ std::vector<float> sorted_top(const std::vector<float>& x, std::size_t k) {
   std::vector<float> out(x.size(), 0.0f);
   for (std::size_t j = 0; j < k; ++j) out[order[j]] = x[order[j]];
   return out;
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
 
 std::vector<float> copy(std::span<const float> s) { return {s.begin(), s.end()}; }
@@ -116,106 +105,32 @@ TEST_CASE("topk: the contraction ||x - C(x)||^2 <= (1 - k/n) ||x||^2") {
 }
 
 TEST_CASE("topk residual feedback: e = m with zeros where kept; sum of contributions + e_T = sum of g") {
-  // Each step splits m = fl(g + e) exactly into its kept part (the contribution) and the new e,
-  // so sum_t c_t + e_T - sum_t g_t is the sum of the rounding errors of the T additions:
-  // per element at most 2^-24 * sum_t |m_t| (half an ulp each). Sums are taken in double.
-  const std::size_t n = 5000, steps = 40;
-  bellows::cpu::executor exec(1);
-  bellows::archetypes::collective solo;
-  for (auto kind : {bellows::feedback::residual, bellows::feedback::scaled}) {
-    bellows::topk<> c({.ratio = 0.02, .feedback = kind}, exec);
-    auto st = c.make_state({0, "w", bellows::shape{n}});
-    std::vector<double> sum_g(n, 0.0), sum_c(n, 0.0), bound(n, 0.0);
-    for (std::size_t t = 0; t < steps; ++t) {
-      auto g = bellows::testing::normal_floats(n, 100 + t);
-      std::vector<float> m(n);
-      for (std::size_t i = 0; i < n; ++i) {
-        m[i] = g[i] + st.memory.values()[i];
-        sum_g[i] += g[i];
-        bound[i] += std::abs(double{m[i]}) * 0x1p-24;
-      }
-      REQUIRE(c.reduce(st, g, solo).status == bellows::step_status::ok);  // g is now c_t
-      for (std::size_t i = 0; i < n; ++i) {
-        sum_c[i] += g[i];
-        // Exactly one of the contribution and the memory holds m_i, the other 0.
-        const float e = st.memory.values()[i];
-        CHECK((g[i] == 0.0f ? e == m[i] : (e == 0.0f && g[i] == m[i])));
-      }
-    }
-    std::size_t within = 0;
-    for (std::size_t i = 0; i < n; ++i)
-      within += std::abs(sum_c[i] + st.memory.values()[i] - sum_g[i]) <= bound[i] + 1e-12;
-    CHECK(within == n);
-    CHECK(st.step == steps);
-  }
+  for (auto memory : {bellows::feedback::residual, bellows::feedback::scaled})
+    bellows::testing::check_feedback_invariant(
+        [&](bellows::cpu::executor& exec) { return bellows::topk<>({.ratio = 0.02, .feedback = memory}, exec); },
+        5000, 40);
 }
 
 TEST_CASE("topk: NaN or Inf on one rank gives non_finite on all; gradient, memory and step unchanged") {
-  for (double ratio : {0.01, 0.6}) {  // by allgather, and by the dense allreduce
-    for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
-      const std::size_t n = 3000, w = 3;
-      local_group group(w);
-      std::atomic<int> right{0};
-      group.run([&](local& comm) {
-        bellows::cpu::executor exec(1);
-        bellows::topk<> c({.ratio = ratio}, exec);
-        auto st = c.make_state({0, "w", bellows::shape{n}});
-        auto x = bellows::testing::normal_floats(n, comm.rank());
-        (void)c.reduce(st, x, comm);  // a memory that is not zero
-        const auto memory = copy(st.memory.values());
-        auto g = bellows::testing::normal_floats(n, 10 + comm.rank());
-        if (comm.rank() == 2) g[n - 1] = bad;
-        const auto before = g;
-        const auto r = c.reduce(st, g, comm);
-        bool ok = r.status == bellows::step_status::non_finite && same_bits(g, before) &&
-                  same_bits(st.memory.values(), memory) && st.step == 1;
-        if (ok && comm.rank() != 2) {
-          // The next finite step goes on from the unchanged state.
-          ok = c.reduce(st, x, comm).status == bellows::step_status::ok && st.step == 2;
-        }
-        if (comm.rank() == 2) ok = ok && c.reduce(st, x, comm).status == bellows::step_status::ok;
-        if (ok) ++right;
-      });
-      CHECK(right == static_cast<int>(w));
-    }
-  }
+  for (double ratio : {0.01, 0.6})  // by allgather, and by the dense allreduce
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()})
+      bellows::testing::check_non_finite(
+          [&](bellows::cpu::executor& exec) { return bellows::topk<>({.ratio = ratio}, exec); }, 3000, 2999, bad);
 }
 
 TEST_CASE("topk: for W = 1, 2, 3, 8 the output is the average of every rank's decoded payload") {
-  const std::size_t n = 4000;
-  for (std::size_t w : {1u, 2u, 3u, 8u}) {
-    for (double ratio : {0.01, 0.3}) {
-      for (bool dense_switch : {true, false}) {
+  for (std::size_t w : {1u, 2u, 3u, 8u})
+    for (double ratio : {0.01, 0.3})
+      for (bool dense_switch : {true, false}) {  // 0.3 goes dense from W = 2 when it may
         CAPTURE(w);
         CAPTURE(ratio);
         CAPTURE(dense_switch);
-        std::vector<std::vector<float>> decoded(w, std::vector<float>(n, 0.0f));
-        std::vector<std::vector<float>> out(w);
-        local_group group(w);
-        bellows::cpu::executor exec(2);
-        group.run([&](local& comm) {
-          bellows::topk<> c({.ratio = ratio, .dense_switch = dense_switch}, exec);
-          auto st = c.make_state({4, "w", bellows::shape{40, 100}});
-          for (int s = 0; s < 3; ++s) {
-            auto x = bellows::testing::normal_floats(n, 31 * comm.rank() + s);
-            auto ahead = st;  // the same state, to see the payload this step sends
-            std::fill(decoded[comm.rank()].begin(), decoded[comm.rank()].end(), 0.0f);
-            (void)c.decode_add(ahead, c.stage(ahead, x, comm.rank()), decoded[comm.rank()]);
-            const auto r = c.reduce(st, x, comm);
-            CHECK(r.status == bellows::step_status::ok);
-            out[comm.rank()] = x;
-          }
-        });
-        // Rank-order float sums, then the division by W: the same operations as the reduce.
-        std::vector<float> expected(n, 0.0f);
-        for (std::size_t r = 0; r < w; ++r)
-          for (std::size_t i = 0; i < n; ++i) expected[i] += decoded[r][i];
-        if (w > 1)
-          for (float& v : expected) v /= static_cast<float>(w);
-        for (std::size_t r = 0; r < w; ++r) CHECK(same_bits(out[r], expected));
+        bellows::testing::check_average_of_payloads(
+            [&](bellows::cpu::executor& exec) {
+              return bellows::topk<>({.ratio = ratio, .dense_switch = dense_switch}, exec);
+            },
+            w, bellows::shape{40, 100});
       }
-    }
-  }
 }
 
 TEST_CASE("topk: a malformed payload raises wire_error and leaves the output untouched") {
@@ -393,22 +308,5 @@ TEST_CASE("topk: stage changes nothing until commit; commit needs a finite stage
 }
 
 TEST_CASE("topk: save and load restore the step and the memory") {
-  bellows::cpu::executor exec(1);
-  bellows::archetypes::collective solo;
-  bellows::topk<> c({.ratio = 0.1}, exec);
-  auto st = c.make_state({0, "w", bellows::shape{300}});
-  auto x = bellows::testing::normal_floats(300, 6);
-  (void)c.reduce(st, x, solo);
-  bellows::checkpoint_writer w;
-  c.save(st, w);
-  auto restored = c.make_state({0, "w", bellows::shape{300}});
-  bellows::checkpoint_reader r(w.bytes());
-  c.load(restored, r);
-  r.finish();
-  CHECK(restored.step == 1);
-  CHECK(same_bits(restored.memory.values(), st.memory.values()));
-  auto other = c.make_state({0, "w", bellows::shape{301}});
-  bellows::checkpoint_reader wrong(w.bytes());
-  CHECK_THROWS_AS(c.load(other, wrong), bellows::wire_error);
-  CHECK(other.step == 0);
+  bellows::testing::check_save_load([](bellows::cpu::executor& exec) { return bellows::topk<>({.ratio = 0.1}, exec); });
 }
