@@ -26,8 +26,10 @@ using bellows::testing::same_bits;
 std::vector<float> sorted_top(const std::vector<float>& x, std::size_t k) {
   std::vector<std::size_t> order(x.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return std::abs(x[a]) > std::abs(x[b]); });
+  // (No stable_sort here: its nothrow buffer would bypass the counting operator new.)
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::abs(x[a]) > std::abs(x[b]) || (std::abs(x[a]) == std::abs(x[b]) && a < b);
+  });
   std::vector<float> out(x.size(), 0.0f);
   for (std::size_t j = 0; j < k; ++j) out[order[j]] = x[order[j]];
   return out;
