@@ -18,7 +18,7 @@
 #include "bellows/core/traffic.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
-#include "bench/x_floor.hpp"
+#include "bench/stream_floor.hpp"
 
 namespace bellows::tool {
 

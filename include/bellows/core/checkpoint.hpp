@@ -115,7 +115,7 @@ private:
 inline void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes) {
   const std::filesystem::path tmp = path.string() + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) detail::fail("checkpoint: cannot create ", tmp, ": ", std::strerror(errno));
+  if (fd < 0) detail::fail("write_file_atomically: cannot create ", tmp, ": ", std::strerror(errno));
   std::size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -123,15 +123,15 @@ inline void write_file_atomically(const std::filesystem::path& path, std::span<c
       if (errno == EINTR) continue;
       const int err = errno;
       ::close(fd);
-      detail::fail("checkpoint: writing ", tmp, " failed: ", std::strerror(err));
+      detail::fail("write_file_atomically: writing ", tmp, " failed: ", std::strerror(err));
     }
     done += static_cast<std::size_t>(n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0)
-    detail::fail("checkpoint: flushing ", tmp, " failed: ", std::strerror(errno));
+    detail::fail("write_file_atomically: flushing ", tmp, " failed: ", std::strerror(errno));
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) detail::fail("checkpoint: renaming ", tmp, " to ", path, " failed: ", ec.message());
+  if (ec) detail::fail("write_file_atomically: renaming ", tmp, " to ", path, " failed: ", ec.message());
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
   if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); dfd >= 0) {
     ::fsync(dfd);
@@ -142,12 +142,12 @@ inline void write_file_atomically(const std::filesystem::path& path, std::span<c
 /// The whole content of a file; bellows::error naming the path if it cannot be read.
 [[nodiscard]] inline std::vector<std::byte> read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) detail::fail("checkpoint: cannot open ", path);
+  if (!in) detail::fail("read_file: cannot open ", path);
   const auto size = static_cast<std::size_t>(in.tellg());
   std::vector<std::byte> bytes(size);
   in.seekg(0);
   if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size)))
-    detail::fail("checkpoint: reading ", path, " failed");
+    detail::fail("read_file: reading ", path, " failed");
   return bytes;
 }
 
