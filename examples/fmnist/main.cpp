@@ -1,28 +1,37 @@
 // SPDX-License-Identifier: Apache-2.0
-// fmnist_demo: data-parallel training of an MLP on the real Fashion-MNIST data, four workers as
-// threads, gradients averaged through bellows. Prints one line per epoch.
+// fmnist_demo: the Accordion comparison on the real Fashion-MNIST data. Trains an MLP data-parallel
+// on four workers (threads) with the gradients averaged uncompressed, by PowerSGD and by top-k,
+// each at a static low level, a static high level and switched by Accordion, for every seed;
+// prints one line per epoch and writes results.json, results.md and SVG plots into a folder.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <string_view>
 
 #include "idx.hpp"
-#include "model.hpp"
-#include "train.hpp"
+#include "report.hpp"
+#include "runs.hpp"
+#include "svg.hpp"
 
 namespace {
 
 constexpr const char* usage =
-    "usage: fmnist_demo [--epochs N] [--seed S] [--workers W] [--batch B] [--lr X] [--data DIR] [--quick]\n"
-    "  --epochs N   epochs to train (default 10); the learning rate drops 10x at 50% and 75% of them\n"
-    "  --seed S     seed of the initialisation and the shuffles (default 1)\n"
-    "  --workers W  data-parallel workers, as threads (default 4)\n"
-    "  --batch B    batch size per worker (default 64)\n"
-    "  --lr X       initial learning rate (default 0.1)\n"
-    "  --data DIR   folder of the four IDX files (default $BELLOWS_FMNIST_DIR, else the\n"
-    "               dataset-fashion-mnist package's /usr/share/datasets/fashion-mnist)\n"
-    "  --quick      12000 training and 2000 test images, 2 epochs\n";
+    "usage: fmnist_demo [--out DIR] [--quick] [options]\n"
+    "  --out DIR          folder for results.json, results.md and the plots (default demo-results)\n"
+    "  --quick            the short configuration of the test suite (see fmnist::quick_comparison)\n"
+    "  --epochs N         epochs per run; the learning-rate decays move with it\n"
+    "  --seeds N          seeds 1 .. N\n"
+    "  --runs A,B,...     runs to train, of: uncompressed powersgd-low powersgd-high\n"
+    "                     powersgd-accordion topk-low topk-high topk-accordion\n"
+    "  --interval N       Accordion: check every N epochs\n"
+    "  --eta X            Accordion: relative change of the gradient norm that marks a critical regime\n"
+    "  --lr X             initial learning rate\n"
+    "  --train-images N   train on the first N images (0: all 60000)\n"
+    "  --test-images N    test on the first N images (0: all 10000)\n"
+    "  --data DIR         folder of the four IDX files (default $BELLOWS_FMNIST_DIR, else the\n"
+    "                     dataset-fashion-mnist package's /usr/share/datasets/fashion-mnist)\n";
 
 /// The argument after option argv[i] (i moves onto it).
 std::string value_of(int& i, int argc, char** argv) {
@@ -30,7 +39,7 @@ std::string value_of(int& i, int argc, char** argv) {
   return argv[++i];
 }
 
-std::size_t number(const std::string& text, const char* name) {
+std::size_t count_of(const std::string& text, const char* name) {
   std::size_t used = 0;
   unsigned long long v = 0;
   try {
@@ -39,77 +48,121 @@ std::size_t number(const std::string& text, const char* name) {
     used = 0;
   }
   if (used != text.size() || text.empty() || text[0] == '-')
-    throw bellows::error(std::string(name) + ": not a number: '" + text + "'");
+    throw bellows::error(std::string(name) + ": not a whole number: '" + text + "'");
   return static_cast<std::size_t>(v);
+}
+
+float real_of(const std::string& text, const char* name) {
+  std::size_t used = 0;
+  float v = 0;
+  try {
+    v = std::stof(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty())
+    throw bellows::error(std::string(name) + ": not a number: '" + text + "'");
+  return v;
+}
+
+std::vector<fmnist::run_spec> runs_of(const std::string& list) {
+  std::vector<fmnist::run_spec> runs;
+  std::size_t from = 0;
+  while (from <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', from), list.size());
+    const std::string id = list.substr(from, comma - from);
+    bool found = false;
+    for (const fmnist::run_spec& r : fmnist::all_runs())
+      if (r.id() == id) {
+        runs.push_back(r);
+        found = true;
+      }
+    if (!found) throw bellows::error("--runs: no run named '" + id + "'");
+    from = comma + 1;
+  }
+  return runs;
+}
+
+/// The levels of an epoch as one letter per layer: L low, H high, - dense.
+std::string letters(const std::vector<fmnist::level>& levels) {
+  std::string s;
+  for (const fmnist::level l : levels) s += l == fmnist::level::low ? 'L' : l == fmnist::level::high ? 'H' : '-';
+  return s;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    fmnist::train_options options;
+    std::filesystem::path out = "demo-results";
     std::string dir;
-    float lr = 0.1f;
-    bool quick = false, epochs_given = false;
+    bool quick = false;
+    // Options given on the command line, applied over the full or the quick configuration.
+    std::vector<std::pair<std::string_view, std::string>> given;
     for (int i = 1; i < argc; ++i) {
       const std::string_view arg = argv[i];
-      if (arg == "--epochs") {
-        options.epochs = number(value_of(i, argc, argv), "--epochs");
-        epochs_given = true;
-      } else if (arg == "--seed") {
-        options.seed = number(value_of(i, argc, argv), "--seed");
-      } else if (arg == "--workers") {
-        options.workers = number(value_of(i, argc, argv), "--workers");
-      } else if (arg == "--batch") {
-        options.batch = number(value_of(i, argc, argv), "--batch");
-      } else if (arg == "--lr") {
-        lr = std::strtof(value_of(i, argc, argv).c_str(), nullptr);
-      } else if (arg == "--data") {
-        dir = value_of(i, argc, argv);
-      } else if (arg == "--quick") {
-        quick = true;
-      } else if (arg == "--help" || arg == "-h") {
+      if (arg == "--help" || arg == "-h") {
         std::fputs(usage, stdout);
         return 0;
+      }
+      if (arg == "--quick") {
+        quick = true;
+      } else if (arg == "--out") {
+        out = value_of(i, argc, argv);
+      } else if (arg == "--data") {
+        dir = value_of(i, argc, argv);
+      } else if (arg == "--epochs" || arg == "--seeds" || arg == "--runs" || arg == "--interval" ||
+                 arg == "--eta" || arg == "--lr" || arg == "--train-images" || arg == "--test-images") {
+        given.emplace_back(arg, value_of(i, argc, argv));
       } else {
         std::fprintf(stderr, "fmnist_demo: unknown option '%s'\n%s", argv[i], usage);
         return 2;
       }
     }
-    if (quick) {
-      options.train_limit = 12000;
-      options.test_limit = 2000;
-      if (!epochs_given) options.epochs = 2;
+    fmnist::comparison_config config = quick ? fmnist::quick_comparison() : fmnist::full_comparison();
+    for (const auto& [name, value] : given) {
+      const std::string option(name);
+      if (name == "--epochs") {
+        fmnist::set_epochs(config, count_of(value, option.c_str()));
+      } else if (name == "--seeds") {
+        config.seeds.clear();
+        for (std::size_t s = 1; s <= count_of(value, option.c_str()); ++s) config.seeds.push_back(s);
+      } else if (name == "--runs") {
+        config.runs = runs_of(value);
+      } else if (name == "--interval") {
+        config.accordion.interval = count_of(value, option.c_str());
+      } else if (name == "--eta") {
+        config.accordion.eta = real_of(value, option.c_str());
+      } else if (name == "--lr") {
+        config.train.schedule.base = real_of(value, option.c_str());
+      } else if (name == "--train-images") {
+        config.train.train_limit = count_of(value, option.c_str());
+      } else {
+        config.train.test_limit = count_of(value, option.c_str());
+      }
     }
-    // 10x decays at 50% and 75% of the epochs (one when both fall on the same epoch, none in a
-    // run of one epoch).
-    options.schedule = {lr, 0.1f, {}};
-    for (const std::size_t m : {options.epochs / 2, options.epochs * 3 / 4})
-      if (m > 0 && (options.schedule.milestones.empty() || m > options.schedule.milestones.back()))
-        options.schedule.milestones.push_back(m);
 
     const std::filesystem::path folder = fmnist::data_dir(dir);
     const fmnist::dataset data = fmnist::load(folder);
-    std::printf("Fashion-MNIST from %s: training on %zu of %zu images, testing on %zu of %zu\n",
-                folder.c_str(), options.train_images(data), data.train.count,
-                options.test_images(data), data.test.count);
-    std::printf("MLP 784-256-128-10, %zu workers x batch %zu, SGD momentum %.2f, lr %g (x0.1 from epoch",
-                options.workers, options.batch, static_cast<double>(options.momentum),
-                static_cast<double>(lr));
-    for (const std::size_t m : options.schedule.milestones) std::printf(" %zu", m + 1);
-    std::printf("), seed %llu\n", static_cast<unsigned long long>(options.seed));
-    const auto print = [&](const fmnist::epoch_report& r, const auto& /*averaging*/) {
-      std::printf("epoch %3zu/%zu  lr %.4f  train loss %.4f  test loss %.4f  test acc %6.2f%%  "
-                  "total floats sent %.3g  %.2f s\n",
-                  r.epoch + 1, options.epochs, static_cast<double>(r.lr), r.train_loss, r.test_loss,
-                  100 * r.test_accuracy, static_cast<double>(r.sent.elements), r.seconds);
-      std::fflush(stdout);
-    };
-    const fmnist::train_result result = fmnist::train(
-        data, options,
-        [](std::span<const bellows::layer_info> layers) { return fmnist::uncompressed_averaging(layers); },
-        print);
-    std::printf("final test accuracy %.2f%%\n", 100 * result.epochs.back().test_accuracy);
+    std::printf("Fashion-MNIST from %s: %s\n", folder.c_str(), fmnist::describe(config, data).c_str());
+    std::fflush(stdout);
+    const std::vector<fmnist::run_result> results =
+        fmnist::run_comparison(data, config, [&](const fmnist::run_result& run) {
+          const fmnist::epoch_record& e = run.epochs.back();
+          std::printf("%-18s seed %llu  epoch %2zu/%zu  loss %.4f  acc %6.2f%%  floats %10.4g  levels %s  %5.2f s\n",
+                      run.spec.id().c_str(), static_cast<unsigned long long>(run.seed),
+                      e.report.epoch + 1, config.train.epochs, e.report.train_loss,
+                      100 * e.report.test_accuracy, static_cast<double>(e.report.sent.elements),
+                      letters(e.levels).c_str(), e.report.seconds);
+          std::fflush(stdout);
+        });
+    std::filesystem::create_directories(out);
+    fmnist::write_results_json(out / "results.json", config, data, results);
+    const fmnist::summary sum = fmnist::summarise(config, results);
+    fmnist::write_results_md(out / "results.md", config, data, sum);
+    fmnist::write_plots(out, config, results);
+    std::printf("\n%swrote %s/{results.json,results.md,accuracy.svg,floats.svg,levels.svg}\n",
+                fmnist::verdict_lines(sum).c_str(), out.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fmnist_demo: %s\n", e.what());

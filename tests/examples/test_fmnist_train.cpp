@@ -4,32 +4,15 @@
 #include <doctest/doctest.h>
 
 #include <cstddef>
-#include <filesystem>
 #include <span>
 #include <vector>
 
+#include "fmnist_data.hpp"
+
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool sanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool sanitized = true;
-#else
-constexpr bool sanitized = false;
-#endif
-#else
-constexpr bool sanitized = false;
-#endif
-
-/// The real data, or nothing when the package is absent (the tests then say so and skip).
-const fmnist::dataset* real_data() {
-  static const bool present =
-      std::filesystem::exists(std::filesystem::path(fmnist::package_dir) / "train-images-idx3-ubyte.gz");
-  if (!present) return nullptr;
-  static const fmnist::dataset data = fmnist::load(fmnist::package_dir);
-  return &data;
-}
+using fmnist::testing::real_data;
+using fmnist::testing::sanitized;
 
 /// One epoch of the demo's --quick subset: 4 workers x batch 64 over 12000 training images.
 fmnist::train_options quick(std::uint64_t seed) {

@@ -1,0 +1,277 @@
+// SPDX-License-Identifier: Apache-2.0
+// The runs of the Fashion-MNIST comparison: the same training (train.hpp) averaged by seven
+// bellows::synchronizer configurations, each for every seed, with every epoch recorded.
+//
+//   uncompressed          identity on every layer
+//   powersgd high / low   PowerSGD at the high level (rank 1) or the low level (rank 4) always
+//   powersgd accordion    PowerSGD switched per layer by the Accordion detector (4 <-> 1)
+//   topk high / low       top-k at ratio 0.1 or 0.99 always
+//   topk accordion        top-k switched per layer by the Accordion detector (0.99 <-> 0.1)
+//
+// A static run is the synchronizer with a static_policy, so every run goes through the same code.
+// Layers the compressor leaves uncompressed (PowerSGD's biases) are found by the synchronizer and
+// reported as `dense`.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <bellows/collectives/local.hpp>
+#include <bellows/compressors/identity.hpp>
+#include <bellows/compressors/powersgd.hpp>
+#include <bellows/compressors/topk.hpp>
+#include <bellows/core/error.hpp>
+#include <bellows/cpu/executor.hpp>
+#include <bellows/regime/accordion.hpp>
+#include <bellows/regime/static_policy.hpp>
+#include <bellows/sync/synchronizer.hpp>
+
+#include "idx.hpp"
+#include "train.hpp"
+
+namespace fmnist {
+
+enum class method : std::uint8_t { uncompressed, powersgd, topk };
+/// static_low runs the low compression level (rank 4, ratio 0.99) always, static_high the high one.
+enum class policy : std::uint8_t { static_high, static_low, accordion };
+
+[[nodiscard]] constexpr std::string_view to_string(method m) noexcept {
+  switch (m) {
+    case method::uncompressed: return "uncompressed";
+    case method::powersgd: return "powersgd";
+    case method::topk: return "topk";
+  }
+  return "?";
+}
+
+[[nodiscard]] constexpr std::string_view to_string(policy p) noexcept {
+  switch (p) {
+    case policy::static_high: return "static high";
+    case policy::static_low: return "static low";
+    case policy::accordion: return "accordion";
+  }
+  return "?";
+}
+
+struct run_spec {
+  method how = method::uncompressed;
+  policy when = policy::static_low;  ///< ignored for uncompressed
+
+  /// "uncompressed", "powersgd-high", "topk-accordion", ...: the run's key in results.json.
+  [[nodiscard]] std::string id() const {
+    if (how == method::uncompressed) return "uncompressed";
+    std::string s(to_string(how));
+    s += when == policy::static_high ? "-high" : when == policy::static_low ? "-low" : "-accordion";
+    return s;
+  }
+  friend bool operator==(const run_spec&, const run_spec&) = default;
+};
+
+/// The seven runs of the comparison, in the order of the tables.
+[[nodiscard]] inline std::vector<run_spec> all_runs() {
+  std::vector<run_spec> runs{{method::uncompressed, policy::static_low}};
+  for (const method m : {method::powersgd, method::topk})
+    for (const policy p : {policy::static_low, policy::static_high, policy::accordion})
+      runs.push_back({m, p});
+  return runs;
+}
+
+/// The level a layer ran at during an epoch.
+enum class level : std::uint8_t {
+  low,    ///< the low compression level (critical regime)
+  high,   ///< the high compression level
+  dense,  ///< averaged uncompressed (the uncompressed run; layers the compressor leaves alone)
+};
+
+[[nodiscard]] constexpr std::string_view to_string(level l) noexcept {
+  return l == level::low ? "low" : l == level::high ? "high" : "dense";
+}
+
+struct comparison_config {
+  train_options train;  ///< epochs, schedule, workers, batch, data limits; train.seed is unused
+  std::vector<std::uint64_t> seeds{1, 2};
+  std::vector<run_spec> runs = all_runs();
+  std::size_t powersgd_low_rank = 4;
+  std::size_t powersgd_high_rank = 1;
+  double topk_low_ratio = 0.99;
+  double topk_high_ratio = 0.1;
+  bellows::accordion_params accordion{};
+  /// Threads of the executor the compressors share. The workers are already one thread each,
+  /// so 1 keeps W threads on the machine's cores instead of W plus a pool.
+  unsigned threads = 1;
+
+  /// The label of a run in tables and legends: "PowerSGD Accordion (rank 4 ↔ 1)", ...
+  [[nodiscard]] std::string label(const run_spec& r) const {
+    if (r.how == method::uncompressed) return "uncompressed";
+    const auto number = [](double v) {
+      std::string s = std::to_string(v);
+      s.erase(s.find_last_not_of('0') + 1);
+      if (s.back() == '.') s.pop_back();
+      return s;
+    };
+    const bool psgd = r.how == method::powersgd;
+    const std::string low = psgd ? std::to_string(powersgd_low_rank) : number(topk_low_ratio);
+    const std::string high = psgd ? std::to_string(powersgd_high_rank) : number(topk_high_ratio);
+    std::string s = psgd ? "PowerSGD " : "top-k ";
+    const std::string unit = psgd ? "rank " : "ratio ";
+    if (r.when == policy::accordion) return s + "Accordion (" + unit + low + " ↔ " + high + ")";
+    return s + (r.when == policy::static_low ? "static low (" + unit + low : "static high (" + unit + high) + ")";
+  }
+
+  /// Raises bellows::error naming the bad value.
+  void validate() const {
+    BELLOWS_EXPECTS(!seeds.empty(), "fmnist comparison: no seeds");
+    BELLOWS_EXPECTS(!runs.empty(), "fmnist comparison: no runs");
+    BELLOWS_EXPECTS(powersgd_low_rank >= 1 && powersgd_high_rank >= 1,
+                    "fmnist comparison: PowerSGD ranks must be >= 1, got low ", powersgd_low_rank,
+                    " and high ", powersgd_high_rank);
+    BELLOWS_EXPECTS(topk_low_ratio > 0 && topk_low_ratio <= 1 && topk_high_ratio > 0 && topk_high_ratio <= 1,
+                    "fmnist comparison: top-k ratios must be in (0, 1], got low ", topk_low_ratio,
+                    " and high ", topk_high_ratio);
+    accordion.validate();
+  }
+};
+
+/// Sets the number of epochs and moves the learning-rate decays with it: x0.1 at 50% and at 75%
+/// of the epochs (one decay when both fall on the same epoch, none in a run of one epoch).
+inline void set_epochs(comparison_config& config, std::size_t epochs) {
+  config.train.epochs = epochs;
+  std::vector<std::size_t>& milestones = config.train.schedule.milestones;
+  milestones.clear();
+  for (const std::size_t m : {epochs / 2, epochs * 3 / 4})
+    if (m > 0 && (milestones.empty() || m > milestones.back())) milestones.push_back(m);
+}
+
+/// The full comparison of scripts/demo.sh: every run, two seeds, all the data, 12 epochs at
+/// lr 0.05 (x0.1 after epochs 6 and 9), an Accordion check every 2 epochs. README.md and the
+/// results.md of a run say why.
+[[nodiscard]] inline comparison_config full_comparison() {
+  comparison_config config;
+  config.train.schedule.base = 0.05f;
+  set_epochs(config, 12);
+  config.accordion.interval = 2;
+  return config;
+}
+
+/// The short one of scripts/demo.sh --quick and the test suite: every run, one seed, 6 epochs of
+/// 4800 training and 1000 test images, a check every epoch.
+[[nodiscard]] inline comparison_config quick_comparison() {
+  comparison_config config;
+  config.train.schedule.base = 0.05f;
+  set_epochs(config, 6);
+  config.seeds = {1};
+  config.train.train_limit = 4800;
+  config.train.test_limit = 1000;
+  config.accordion.interval = 1;
+  return config;
+}
+
+/// One epoch of one run as rank 0 saw it, with the level each layer ran at during it.
+struct epoch_record {
+  epoch_report report;        ///< losses, accuracy, cumulative traffic, seconds
+  std::vector<level> levels;  ///< one per layer, in force during this epoch
+};
+
+struct run_result {
+  run_spec spec;
+  std::uint64_t seed = 0;
+  std::vector<bellows::layer_info> layers;  ///< the model's tensors: id, name, shape
+  std::vector<epoch_record> epochs;
+  double seconds = 0;  ///< wall time of the whole run
+};
+
+/// Called on rank 0 after each epoch of each run, with the run so far (its last epoch new).
+using progress_callback = std::function<void(const run_result&)>;
+
+namespace detail {
+
+/// The levels of a synchronizer's layers as its telemetry reports them.
+template <class Sync>
+void read_levels(const Sync& sync, bool uncompressed, std::vector<level>& out) {
+  out.clear();
+  for (const bellows::layer_telemetry& t : sync.telemetry())
+    out.push_back(uncompressed || !t.participates ? level::dense
+                  : t.level == bellows::regime::critical ? level::low
+                                                         : level::high);
+}
+
+/// Trains one run for one seed with synchronizers built by make_sync() (layers not yet added).
+template <class MakeSync>
+run_result run_one(const dataset& data, const comparison_config& config, const run_spec& spec,
+                   std::uint64_t seed, MakeSync make_sync, const progress_callback& progress) {
+  train_options options = config.train;
+  options.seed = seed;
+  run_result result{spec, seed, {}, {}, 0};
+  // Levels in force during the epoch that runs: read from the first worker's new synchronizer,
+  // then after every epoch (end_epoch has already set the next epoch's levels).
+  std::vector<level> current;
+  std::once_flag first;
+  const bool uncompressed = spec.how == method::uncompressed;
+  const auto start = std::chrono::steady_clock::now();
+  (void)train(
+      data, options,
+      [&](std::span<const bellows::layer_info> layers) {
+        auto sync = make_sync();
+        for (const bellows::layer_info& l : layers) sync.add_layer(l.name, l.shape);
+        std::call_once(first, [&] {
+          result.layers.assign(layers.begin(), layers.end());
+          read_levels(sync, uncompressed, current);
+        });
+        return sync;
+      },
+      [&](const epoch_report& report, const auto& sync) {
+        result.epochs.push_back({report, current});
+        read_levels(sync, uncompressed, current);
+        result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (progress) progress(result);
+      });
+  return result;
+}
+
+}  // namespace detail
+
+/// Trains every run of `config` for every seed (runs in order, seeds inner) and returns the
+/// results in that order.
+inline std::vector<run_result> run_comparison(const dataset& data, const comparison_config& config,
+                                              const progress_callback& progress = {}) {
+  config.validate();
+  bellows::cpu::executor exec(config.threads);
+  using bellows::regime;
+  const auto static_regime = [](policy p) { return p == policy::static_high ? regime::normal : regime::critical; };
+  std::vector<run_result> results;
+  for (const run_spec& spec : config.runs) {
+    for (const std::uint64_t seed : config.seeds) {
+      const auto run = [&](auto make_sync) {
+        results.push_back(detail::run_one(data, config, spec, seed, make_sync, progress));
+      };
+      // The low and high instances of a family under the run's policy.
+      const auto run_levels = [&](const auto& low, const auto& high) {
+        if (spec.when == policy::accordion)
+          run([&] { return bellows::synchronizer(low, high, bellows::accordion(config.accordion, exec), exec); });
+        else
+          run([&] { return bellows::synchronizer(low, high, bellows::static_policy(static_regime(spec.when)), exec); });
+      };
+      if (spec.how == method::uncompressed)
+        run([&] {
+          return bellows::synchronizer(bellows::identity<>(exec), bellows::identity<>(exec),
+                                       bellows::static_policy(regime::critical), exec);
+        });
+      else if (spec.how == method::powersgd)
+        run_levels(bellows::powersgd<>({.rank = config.powersgd_low_rank}, exec),
+                   bellows::powersgd<>({.rank = config.powersgd_high_rank}, exec));
+      else
+        run_levels(bellows::topk<>({.ratio = config.topk_low_ratio}, exec),
+                   bellows::topk<>({.ratio = config.topk_high_ratio}, exec));
+    }
+  }
+  return results;
+}
+
+}  // namespace fmnist
