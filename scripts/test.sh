@@ -15,17 +15,9 @@ jobs=$(nproc)
 
 packages=(cmake ninja-build g++ clang libclang-rt-14-dev doctest-dev libbenchmark-dev
           libopenmpi-dev openmpi-bin zlib1g-dev dataset-fashion-mnist libcli11-dev nlohmann-json3-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "== installing: ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo=sudo
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+# shellcheck source=SCRIPTDIR/install_missing.sh
+source "$root/scripts/install_missing.sh"
+install_missing "${packages[@]}"
 
 cuda_args=()
 nvcc=$(command -v nvcc || true)
