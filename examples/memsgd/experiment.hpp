@@ -66,7 +66,7 @@ struct problem {
 struct lock_free_study {
   std::size_t k = 0;
   step_size eta;
-  double target = 0;  ///< the one-thread run's suboptimality at its middle snapshot
+  double target = 0;  ///< the first run's averaged suboptimality at its middle snapshot
   std::vector<lock_free_result> runs;
 };
 
@@ -304,10 +304,10 @@ inline constexpr const char* decaying_schedule = "decaying";
       lf.runs.push_back(run_lock_free(p.data, p.lambda, p.best.value, c));
       const lock_free_result& r = lf.runs.back();
       say(bellows::detail::concat(s.name, " lock-free top-", lf.k, " T = ", t, ": ", std::fixed, std::setprecision(2),
-                                  r.seconds, " s, ", std::scientific, r.snapshots.back().suboptimality));
+                                  r.seconds, " s, ", std::scientific, r.snapshots.back().averaged));
     }
     const std::vector<lock_free_snapshot>& first = lf.runs.front().snapshots;
-    lf.target = first[first.size() / 2].suboptimality;
+    lf.target = first[first.size() / 2].averaged;
     res.datasets.push_back(std::move(s));
   }
   res.claims = check_claims(res.datasets, o);
