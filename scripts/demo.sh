@@ -12,6 +12,14 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# `scripts/demo.sh memsgd [options]`: the "Sparsified SGD with Memory" reproduction instead
+# (scripts/memsgd.sh, examples/memsgd).
+if [ "${1:-}" = memsgd ]; then
+  shift
+  exec "$root/scripts/memsgd.sh" "$@"
+fi
+
 out="$root/demo-results"
 args=()
 while (($#)); do

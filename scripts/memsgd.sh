@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The "Sparsified SGD with Memory" reproduction (examples/memsgd) with one command: checks for the
-# Debian 12 packages the release preset needs (the Fashion-MNIST data among them; it names the
-# missing ones), builds memsgd_demo and runs it; it writes results.json, results.md and SVG plots
-# into the results folder and prints which of the paper's four claims held. About 4 minutes on 2
-# busy cores.
+# The "Sparsified SGD with Memory" reproduction (examples/memsgd) with one command: installs the
+# Debian 12 packages the release preset needs when missing (the Fashion-MNIST data among them),
+# builds memsgd_demo and runs it; it writes results.json, results.md and SVG plots into the results
+# folder and prints which of the paper's four claims held. About 4 minutes on 2 busy cores.
 # Usage: scripts/memsgd.sh [--quick] [--out DIR] [memsgd_demo options...]
+#    or: scripts/demo.sh memsgd [the same options]
 #   --quick    smaller data, fewer epochs: under a minute after the build
 #   --out DIR  results folder (default memsgd-results/ in the repository, ignored by git)
 #   anything else goes to memsgd_demo (build/release/examples/memsgd_demo --help)
@@ -26,14 +26,10 @@ while (($#)); do
 done
 
 # The release preset configures the tests, benchmarks and tools as well: their packages too.
-needed=(cmake ninja-build g++ doctest-dev libbenchmark-dev zlib1g-dev dataset-fashion-mnist libcli11-dev
-        nlohmann-json3-dev)
-installed=$(dpkg-query -W -f='${db:Status-Status}\n' "${needed[@]}" 2>/dev/null | grep -cx installed || true)
-if [ "$installed" -ne ${#needed[@]} ]; then
-  echo "memsgd.sh: missing Debian packages; install them with" >&2
-  echo "  apt-get install --no-install-recommends ${needed[*]}" >&2
-  exit 1
-fi
+# shellcheck source=SCRIPTDIR/install_missing.sh
+source "$root/scripts/install_missing.sh"
+install_missing cmake ninja-build g++ doctest-dev libbenchmark-dev zlib1g-dev dataset-fashion-mnist \
+  libcli11-dev nlohmann-json3-dev
 
 cd "$root"
 cmake --preset release >/dev/null
