@@ -216,6 +216,65 @@ inline void drop_ranks(std::uint64_t* bits, std::uint32_t* per_chunk, std::uint6
 
 }  // namespace detail
 
+namespace detail {
+
+/// gather_sample over the chunk [lo, hi): `bits` (the chunk's words of the drawn set, cleared
+/// here; null when nothing was drawn) give the kept elements, complemented or not, written to
+/// entries [o, end) of index and value. Returns whether an element of v is non-finite.
+/// Kept indices are rare, so a branch per index would mispredict about once per index: blocks
+/// of 32 write their first two without branching (a spare entry, overwritten next, when there
+/// are fewer; only while two fit before `end`), and a branch takes any further ones.
+template <bool Compensate, class Index>
+bool gather_chunk(const float* g, const float* e, float* staged, std::size_t lo, std::size_t hi,
+                  std::uint64_t* bits, bool complement, Index* index, float* value, std::uint64_t o,
+                  std::uint64_t end, float scale) noexcept {
+  auto emit = [&](std::size_t i, bool keep) {
+    index[o] = static_cast<Index>(i);
+    value[o] = scale * (Compensate ? g[i] + e[i] : g[i]);
+    o += keep;
+  };
+  bool bad = !Compensate && any_non_finite(g + lo, hi - lo);
+  for (std::size_t i = lo; i < hi; i += 64) {
+    std::uint64_t word = 0;
+    if (bits != nullptr) {
+      word = bits[(i - lo) / 64];
+      bits[(i - lo) / 64] = 0;
+    }
+    const std::size_t len = std::min<std::size_t>(64, hi - i);
+    std::uint64_t kept = complement ? ~word : word;
+    if (len < 64) kept &= (std::uint64_t{1} << len) - 1;
+    std::size_t b = 0;
+    for (; b + 32 <= len; b += 32) {
+      std::uint64_t mask = (kept >> b) & 0xFFFFFFFFu;
+      if constexpr (Compensate) {
+        bad |= compensate_block(g + i + b, e + i + b, staged + i + b, static_cast<std::uint32_t>(mask));
+        bad |= compensate_block(g + i + b + 16, e + i + b + 16, staged + i + b + 16,
+                                static_cast<std::uint32_t>(mask >> 16));
+      }
+      if (o + 2 <= end) {  // no index left: element i + b, not kept
+        emit(i + b + (static_cast<unsigned>(std::countr_zero(mask | std::uint64_t{1} << 32)) & 31u), mask != 0);
+        mask &= mask - 1;
+        emit(i + b + (static_cast<unsigned>(std::countr_zero(mask | std::uint64_t{1} << 32)) & 31u), mask != 0);
+        mask &= mask - 1;
+      }
+      for (; mask != 0; mask &= mask - 1) emit(i + b + static_cast<unsigned>(std::countr_zero(mask)), true);
+    }
+    for (std::size_t t = i + b; t < i + len; ++t) {
+      const bool keep = (kept >> (t - i)) & 1u;
+      if constexpr (Compensate) {
+        const float m = g[t] + e[t];
+        bad |= magnitude_key(m) >= non_finite_key;
+        staged[t] = keep ? 0.0f : m;
+      }
+      if (keep) emit(t, true);
+    }
+  }
+  if constexpr (Compensate) stream_fence();
+  return bad;
+}
+
+}  // namespace detail
+
 /// Steps 2 to 4 (see the top of this file): leaves the chosen set in the workspace, for
 /// gather_sample.
 inline void draw_sample(executor& /*exec*/, const sample_plan& plan, const philox::stream& s,
@@ -257,6 +316,8 @@ template <class Index>
                       (!compensate || (e.size() == n && staged.size() == n)),
                   "gather_sample: a plan of ", plan.k, " of ", plan.n, " for buffers of ", n, ", ",
                   e.size(), ", ", staged.size(), " and ", out.index.size(), " entries");
+  BELLOWS_EXPECTS(!compensate || detail::stream_aligned(staged.data()),
+                  "gather_sample: `staged` must start at a multiple of 16 bytes");
   const std::size_t chunks = (n + sparse_chunk - 1) / sparse_chunk;
   BELLOWS_EXPECTS(ws.first.size() == chunks, "gather_sample: the workspace does not fit the plan");
   const bool drawn = plan.chosen != 0;
@@ -269,50 +330,16 @@ template <class Index>
   BELLOWS_EXPECTS(at == plan.k, "gather_sample: the workspace holds ", at, " of ", plan.k, " indices");
   std::atomic<bool> bad{false};
   exec.for_chunks(n, sparse_chunk, [&](std::size_t lo, std::size_t hi) {
-    std::uint64_t o = ws.first[lo / sparse_chunk];
-    auto emit = [&](std::size_t i, float value) {
-      out.index[o] = static_cast<Index>(i);
-      out.value[o++] = scale * value;
-    };
-    bool chunk_bad = !compensate && detail::any_non_finite(g.data() + lo, hi - lo);
-    float v[16];
-    for (std::size_t i = lo; i < hi; i += 64) {
-      std::uint64_t bits = 0;
-      if (drawn) {
-        bits = ws.chosen[i / 64];
-        ws.chosen[i / 64] = 0;
-      }
-      const std::size_t len = std::min<std::size_t>(64, hi - i);
-      std::uint64_t kept = plan.complement ? ~bits : bits;
-      if (len < 64) kept &= (std::uint64_t{1} << len) - 1;
-      if (!compensate) {
-        for (; kept != 0; kept &= kept - 1) {
-          const std::size_t t = i + static_cast<unsigned>(std::countr_zero(kept));
-          emit(t, g[t]);
-        }
-        continue;
-      }
-      for (std::size_t b = 0; b < len; b += 16) {
-        auto mask = static_cast<std::uint32_t>((kept >> b) & 0xFFFFu);
-        if (b + 16 <= len) {
-          chunk_bad |= detail::compensate_block(g.data() + i + b, e.data() + i + b,
-                                                staged.data() + i + b, mask, v);
-          for (; mask != 0; mask &= mask - 1) {
-            const auto t = static_cast<unsigned>(std::countr_zero(mask));
-            emit(i + b + t, v[t]);
-          }
-        } else {
-          for (std::size_t t = i + b; t < i + len; ++t) {
-            const float m = g[t] + e[t];
-            chunk_bad |= magnitude_key(m) >= non_finite_key;
-            const bool keep = (kept >> (t - i)) & 1u;
-            if (keep) emit(t, m);
-            staged[t] = keep ? 0.0f : m;
-          }
-        }
-      }
-    }
-    if (compensate) detail::stream_fence();
+    const std::size_t c = lo / sparse_chunk;
+    const std::uint64_t end = c + 1 < chunks ? ws.first[c + 1] : plan.k;
+    std::uint64_t* bits = drawn ? ws.chosen.data() + lo / 64 : nullptr;
+    const bool chunk_bad =
+        compensate ? detail::gather_chunk<true>(g.data(), e.data(), staged.data(), lo, hi, bits,
+                                                plan.complement, out.index.data(), out.value.data(),
+                                                ws.first[c], end, scale)
+                   : detail::gather_chunk<false>(g.data(), nullptr, nullptr, lo, hi, bits,
+                                                 plan.complement, out.index.data(), out.value.data(),
+                                                 ws.first[c], end, scale);
     if (chunk_bad) bad.store(true, std::memory_order_relaxed);
   });
   return !bad.load(std::memory_order_relaxed);

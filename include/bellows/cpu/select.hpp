@@ -42,7 +42,7 @@
 namespace bellows::cpu {
 
 /// Elements per task of the scan and emit passes; candidates are 16-bit offsets within a chunk.
-inline constexpr std::size_t select_chunk = std::size_t{1} << 14;
+inline constexpr std::size_t select_chunk = std::size_t{1} << 13;
 static_assert(select_chunk <= 65536, "candidate offsets must fit 16 bits");
 
 /// A threshold key above every magnitude key (NaN included): "no upper threshold".
@@ -166,12 +166,27 @@ struct scan_tally {
   bool non_finite = false;
 };
 
-/// Scans v over [0, len): the offsets of elements with lo <= key < hi go to `hits`, those with
-/// key >= hi are counted. With Stage, writes v to `staged` with the hits zeroed.
-template <bool Compensate, bool Stage>
+/// Scans v over [0, len) (len <= select_chunk): the offsets and values of elements with
+/// lo <= key < hi go to `position` and `value`. With Upper, elements with key >= hi are counted
+/// and non-finite ones flagged; without (hi is above_all_keys), the caller keeps
+/// lo <= non_finite_key so that non-finite elements are hits, and with Compensate the pass
+/// writes v to `staged` (16-byte aligned) with the hits zeroed.
+/// Hits are rare, so a branch per hit would mispredict about once per hit: blocks of 32 record
+/// their first two hits without branching (writing a spare entry that the next one overwrites
+/// when there are fewer) and take a branch only for a third.
+template <bool Compensate, bool Upper>
 scan_tally scan_chunk(const float* g, const float* e, float* staged, std::size_t len,
-                      std::uint32_t lo, std::uint32_t hi, std::uint16_t* hits) noexcept {
+                      std::uint32_t lo, std::uint32_t hi, std::uint16_t* position, float* value) noexcept {
+  constexpr bool stage = Compensate && !Upper;
   scan_tally t;
+  std::uint32_t bad_hit = 0;
+  auto record = [&](std::size_t i, bool hit) {
+    position[t.hits] = static_cast<std::uint16_t>(i);
+    const float v = value_at<Compensate>(g, e, i);
+    value[t.hits] = v;
+    bad_hit |= static_cast<std::uint32_t>(magnitude_key(v) >= non_finite_key);  // a real element either way
+    t.hits += hit;
+  };
   std::size_t i = 0;
 #if defined(BELLOWS_CPU_SSE2)
   const __m128i magnitude = _mm_set1_epi32(0x7FFFFFFF);
@@ -180,23 +195,27 @@ scan_tally scan_chunk(const float* g, const float* e, float* staged, std::size_t
   const __m128i hi_less = _mm_set1_epi32(static_cast<int>(hi - 1));
   const __m128i largest_finite = _mm_set1_epi32(static_cast<int>(non_finite_key - 1));
   __m128i bad = _mm_setzero_si128(), above = _mm_setzero_si128();
-  for (; i + 16 <= len; i += 16) {
-    unsigned mask = 0;
-    for (unsigned q = 0; q < 4; ++q) {
+  for (; i + 32 <= len; i += 32) {
+    std::uint64_t mask = 0;
+    for (unsigned q = 0; q < 8; ++q) {
       __m128 v = _mm_loadu_ps(g + i + 4 * q);
       if constexpr (Compensate) v = _mm_add_ps(v, _mm_loadu_ps(e + i + 4 * q));
       const __m128i key = _mm_and_si128(_mm_castps_si128(v), magnitude);
-      const __m128i at_hi = _mm_cmpgt_epi32(key, hi_less);
-      const __m128i hit = _mm_andnot_si128(at_hi, _mm_cmpgt_epi32(key, lo_less));
-      bad = _mm_or_si128(bad, _mm_cmpgt_epi32(key, largest_finite));
-      above = _mm_sub_epi32(above, at_hi);
-      mask |= static_cast<unsigned>(_mm_movemask_ps(_mm_castsi128_ps(hit))) << (4 * q);
-      if constexpr (Stage) stream_store(staged + i + 4 * q, _mm_andnot_ps(_mm_castsi128_ps(hit), v));
+      __m128i hit = _mm_cmpgt_epi32(key, lo_less);
+      if constexpr (Upper) {
+        const __m128i at_hi = _mm_cmpgt_epi32(key, hi_less);
+        hit = _mm_andnot_si128(at_hi, hit);
+        bad = _mm_or_si128(bad, _mm_cmpgt_epi32(key, largest_finite));
+        above = _mm_sub_epi32(above, at_hi);
+      }
+      mask |= static_cast<std::uint64_t>(_mm_movemask_ps(_mm_castsi128_ps(hit))) << (4 * q);
+      if constexpr (stage) stream_store(staged + i + 4 * q, _mm_andnot_ps(_mm_castsi128_ps(hit), v));
     }
-    while (mask != 0) {
-      hits[t.hits++] = static_cast<std::uint16_t>(i + static_cast<unsigned>(std::countr_zero(mask)));
+    for (int twice = 0; twice < 2; ++twice) {  // no hit left: element i + 0, not kept
+      record(i + (static_cast<unsigned>(std::countr_zero(mask | std::uint64_t{1} << 32)) & 31u), mask != 0);
       mask &= mask - 1;
     }
+    for (; mask != 0; mask &= mask - 1) record(i + static_cast<unsigned>(std::countr_zero(mask)), true);
   }
   alignas(16) std::uint32_t lanes[4];
   _mm_store_si128(reinterpret_cast<__m128i*>(lanes), above);
@@ -207,12 +226,15 @@ scan_tally scan_chunk(const float* g, const float* e, float* staged, std::size_t
     const float v = value_at<Compensate>(g, e, i);
     const std::uint32_t key = magnitude_key(v);
     const bool hit = key >= lo && key < hi;
-    if (hit) hits[t.hits++] = static_cast<std::uint16_t>(i);
-    t.above += key >= hi;
-    t.non_finite |= key >= non_finite_key;
-    if constexpr (Stage) staged[i] = hit ? 0.0f : v;
+    if (hit) record(i, true);
+    if constexpr (Upper) {
+      t.above += key >= hi;
+      t.non_finite |= key >= non_finite_key;
+    }
+    if constexpr (stage) staged[i] = hit ? 0.0f : v;
   }
-  if constexpr (Stage) stream_fence();
+  if constexpr (stage) stream_fence();
+  t.non_finite |= bad_hit != 0;
   return t;
 }
 
@@ -223,17 +245,18 @@ struct scan_summary {
 };
 
 /// Step 2 of select_top over all chunks.
-template <bool Compensate, bool Stage>
+template <bool Compensate, bool Upper>
 scan_summary scan(executor& exec, const float* g, const float* e, float* staged, std::size_t n,
                   std::uint32_t lo, std::uint32_t hi, select_workspace& ws) {
   std::atomic<std::size_t> used{0}, above{0};
   std::atomic<bool> bad{false};
   const std::size_t capacity = ws.position.size();
   exec.for_chunks(n, select_chunk, [&](std::size_t begin, std::size_t end) {
-    std::uint16_t hits[select_chunk];
-    const scan_tally t = scan_chunk<Compensate, Stage>(g + begin, e ? e + begin : nullptr,
-                                                      staged ? staged + begin : nullptr,
-                                                      end - begin, lo, hi, hits);
+    std::uint16_t position[select_chunk];
+    float value[select_chunk];
+    const scan_tally t = scan_chunk<Compensate, Upper>(g + begin, e ? e + begin : nullptr,
+                                                       staged ? staged + begin : nullptr, end - begin,
+                                                       lo, hi, position, value);
     chunk_tally& c = ws.chunks[begin / select_chunk];
     c.candidates = static_cast<std::uint32_t>(t.hits);
     c.above = static_cast<std::uint32_t>(t.above);
@@ -242,14 +265,11 @@ scan_summary scan(executor& exec, const float* g, const float* e, float* staged,
     const std::size_t first = t.hits != 0 ? used.fetch_add(t.hits, std::memory_order_relaxed) : 0;
     c.stored = first + t.hits <= capacity;
     c.first = first;
-    for (std::size_t j = 0; j < t.hits; ++j) {
-      const float v = value_at<Compensate>(g, e, begin + hits[j]);
-      if (c.stored) {
-        ws.position[first + j] = hits[j];
-        ws.value[first + j] = v;
-      } else if constexpr (Stage) {
-        staged[begin + hits[j]] = v;  // no room: leave the residual whole
-      }
+    if (c.stored) {
+      std::copy(position, position + t.hits, ws.position.begin() + static_cast<std::ptrdiff_t>(first));
+      std::copy(value, value + t.hits, ws.value.begin() + static_cast<std::ptrdiff_t>(first));
+    } else if constexpr (Compensate && !Upper) {
+      for (std::size_t j = 0; j < t.hits; ++j) staged[begin + position[j]] = value[j];  // no room: the residual whole
     }
   });
   return {used.load(), above.load(), bad.load()};
@@ -453,11 +473,12 @@ bool select_top(executor& exec, const select_plan& plan, const philox::stream& d
     const bool small = hi == above_all_keys;
     // A zero threshold (mostly zero gradients) would make every element a candidate: the
     // candidates are then the nonzero elements, and zeros complete the count if need be.
-    const std::uint32_t lo =
-        std::max<std::uint32_t>(kth_largest_key(sampled, plan.lower_rank, ws.keys).key, small ? 1 : 0);
+    // Without t_hi, non-finite elements must be candidates (the scan finds them among those).
+    const std::uint32_t sampled_lo = kth_largest_key(sampled, plan.lower_rank, ws.keys).key;
+    const std::uint32_t lo = small ? std::clamp<std::uint32_t>(sampled_lo, 1, non_finite_key) : sampled_lo;
     // Step 2.
-    const scan_summary s2 = small ? scan<Compensate, Compensate>(exec, g, e, staged, n, lo, hi, ws)
-                                  : scan<Compensate, false>(exec, g, e, nullptr, n, lo, hi, ws);
+    const scan_summary s2 = small ? scan<Compensate, false>(exec, g, e, staged, n, lo, hi, ws)
+                                  : scan<Compensate, true>(exec, g, e, nullptr, n, lo, hi, ws);
     if (s2.non_finite) return false;
     const std::size_t reach = s2.above + s2.candidates;
     if (s2.candidates <= ws.position.size() && s2.above < k && k <= reach) {
@@ -510,6 +531,8 @@ template <class Arrays>
   BELLOWS_EXPECTS(g.size() == plan.n && (e.empty() || (e.size() == plan.n && staged.size() == plan.n)),
                   "select_top: a plan for ", plan.n, " elements, buffers of ", g.size(), ", ",
                   e.size(), " and ", staged.size());
+  BELLOWS_EXPECTS(e.empty() || detail::stream_aligned(staged.data()),
+                  "select_top: `staged` must start at a multiple of 16 bytes");
   BELLOWS_EXPECTS(ws.sample.size() >= plan.sample && ws.keys.size() >= ws.position.size() &&
                       ws.chunks.size() == (plan.n + select_chunk - 1) / select_chunk,
                   "select_top: the workspace does not fit the plan");

@@ -41,15 +41,27 @@ inline constexpr std::uint32_t non_finite_key = 0x7F800000u;
 
 namespace detail {
 
-/// Stores four floats at `at`, bypassing the cache when `at` is 16-byte aligned (the destination
-/// of a streaming pass is not read again soon, and this saves reading it first).
-#if defined(BELLOWS_CPU_SSE2)
-inline void stream_store(float* at, __m128 v) noexcept {
-  if (reinterpret_cast<std::uintptr_t>(at) % 16 == 0)
-    _mm_stream_ps(at, v);
-  else
-    _mm_storeu_ps(at, v);
+/// Where the kernels that write a whole buffer with streaming stores need it to start: 16 bytes,
+/// which the storage of a std::vector<float> has.
+[[nodiscard]] inline bool stream_aligned(const float* p) noexcept {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
 }
+
+#if defined(BELLOWS_CPU_SSE2)
+/// Stores four floats at a 16-byte aligned `at`, bypassing the cache: the destination of a
+/// streaming pass is not read again soon, and this saves reading it first.
+inline void stream_store(float* at, __m128 v) noexcept { _mm_stream_ps(at, v); }
+
+/// lane_masks[m]: all ones in lane i where bit i of m is set.
+struct lane_mask_table {
+  alignas(16) std::uint32_t lanes[16][4];
+};
+inline constexpr lane_mask_table lane_masks = [] {
+  lane_mask_table t{};
+  for (std::uint32_t m = 0; m < 16; ++m)
+    for (std::uint32_t l = 0; l < 4; ++l) t.lanes[m][l] = (m >> l) & 1u ? 0xFFFFFFFFu : 0u;
+  return t;
+}();
 #endif
 
 /// Orders the streaming stores of this thread before whatever it does next.
@@ -59,57 +71,50 @@ inline void stream_fence() noexcept {
 #endif
 }
 
-/// One block of 16 elements of v = g + e: writes v to `out` with the elements of `zero_mask`
-/// (bit i: element i) set to zero, and returns whether an element of v is non-finite. When
-/// `zero_mask` is not 0, `v` receives the 16 values.
-inline bool compensate_block(const float* g, const float* e, float* out, std::uint32_t zero_mask,
-                             float* v) noexcept {
+/// One block of 16 elements of v = g + e: writes v to `out` (16-byte aligned) with the elements
+/// of `zero_mask` (bit i: element i) set to zero, without branching on the mask; returns whether
+/// an element of v is non-finite.
+inline bool compensate_block(const float* g, const float* e, float* out, std::uint32_t zero_mask) noexcept {
 #if defined(BELLOWS_CPU_SSE2)
-  if (zero_mask == 0) {
-    const __m128i magnitude = _mm_set1_epi32(0x7FFFFFFF);
-    const __m128i largest_finite = _mm_set1_epi32(static_cast<int>(non_finite_key - 1));
-    __m128i bad = _mm_setzero_si128();
-    for (int i = 0; i < 16; i += 4) {
-      const __m128 m = _mm_add_ps(_mm_loadu_ps(g + i), _mm_loadu_ps(e + i));
-      bad = _mm_or_si128(bad, _mm_cmpgt_epi32(_mm_and_si128(_mm_castps_si128(m), magnitude),
-                                               largest_finite));
-      stream_store(out + i, m);
-    }
-    return _mm_movemask_epi8(bad) != 0;
+  const __m128i magnitude = _mm_set1_epi32(0x7FFFFFFF);
+  const __m128i largest_finite = _mm_set1_epi32(static_cast<int>(non_finite_key - 1));
+  __m128i bad = _mm_setzero_si128();
+  for (int i = 0; i < 16; i += 4) {
+    const __m128 m = _mm_add_ps(_mm_loadu_ps(g + i), _mm_loadu_ps(e + i));
+    bad = _mm_or_si128(bad, _mm_cmpgt_epi32(_mm_and_si128(_mm_castps_si128(m), magnitude), largest_finite));
+    const __m128 zero = _mm_load_ps(reinterpret_cast<const float*>(lane_masks.lanes[(zero_mask >> i) & 15u]));
+    stream_store(out + i, _mm_andnot_ps(zero, m));
   }
-#endif
-  std::uint32_t bad = 0;
-  float staged[16];
-  for (int i = 0; i < 16; ++i) {
-    v[i] = g[i] + e[i];
-    bad |= static_cast<std::uint32_t>(magnitude_key(v[i]) >= non_finite_key);
-    staged[i] = (zero_mask >> i) & 1u ? 0.0f : v[i];
-  }
-#if defined(BELLOWS_CPU_SSE2)
-  for (int i = 0; i < 16; i += 4) stream_store(out + i, _mm_loadu_ps(staged + i));
+  return _mm_movemask_epi8(bad) != 0;
 #else
-  std::copy(staged, staged + 16, out);
-#endif
+  std::uint32_t bad = 0;
+  for (int i = 0; i < 16; ++i) {
+    const float m = g[i] + e[i];
+    bad |= static_cast<std::uint32_t>(magnitude_key(m) >= non_finite_key);
+    out[i] = (zero_mask >> i) & 1u ? 0.0f : m;
+  }
   return bad != 0;
+#endif
 }
 
 /// True when any of x[0, len) is non-finite.
 inline bool any_non_finite(const float* x, std::size_t len) noexcept {
   std::uint32_t bad = 0;
-  std::size_t i = 0;
 #if defined(BELLOWS_CPU_SSE2)
+  const std::size_t body = len / 16 * 16;
   const __m128i magnitude = _mm_set1_epi32(0x7FFFFFFF);
   const __m128i largest_finite = _mm_set1_epi32(static_cast<int>(non_finite_key - 1));
   __m128i any = _mm_setzero_si128();
-  for (; i + 16 <= len; i += 16)
-    for (std::size_t q = 0; q < 16; q += 4)
-      any = _mm_or_si128(any, _mm_cmpgt_epi32(_mm_and_si128(_mm_loadu_si128(
-                                                  reinterpret_cast<const __m128i*>(x + i + q)),
-                                              magnitude),
-                                              largest_finite));
+  for (std::size_t i = 0; i < body; i += 16)
+    for (std::size_t q = 0; q < 16; q += 4) {
+      const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + q));
+      any = _mm_or_si128(any, _mm_cmpgt_epi32(_mm_and_si128(bits, magnitude), largest_finite));
+    }
   bad = static_cast<std::uint32_t>(_mm_movemask_epi8(any) != 0);
+#else
+  const std::size_t body = 0;
 #endif
-  for (; i < len; ++i)
+  for (std::size_t i = body; i < len; ++i)
     bad |= static_cast<std::uint32_t>(magnitude_key(x[i]) >= non_finite_key);
   return bad != 0;
 }
