@@ -12,8 +12,8 @@
 //     IEEE arithmetic only, so that |S| >= j almost surely); while |S| < j, the next
 //     batch - j slots join. Independent uniform proposals make S, given its size, a uniform
 //     random subset of that size.
-//  4. |S| - j members of S are dropped, chosen uniformly by Floyd's algorithm over their ranks
-//     [0, |S|) in ascending order: for t = |S| - D, ..., |S| - 1, r uniform in [0, t] is dropped
+//  4. D = |S| - j members of S are dropped, chosen uniformly by Floyd's algorithm over their
+//     ranks [0, |S|) in ascending order: for t = j, ..., |S| - 1, r uniform in [0, t] is dropped
 //     unless already dropped, in which case t is. Each r comes from 64-bit words starting at
 //     word 2^33 of the stream (words 2^33 + 2c and 2^33 + 2c + 1 for the c-th attempt), with
 //     the same rejection rule.

@@ -19,6 +19,8 @@
 //  4. Emit: every element with |v| > T and, in index order, the first ones with |v| = T until k
 //     are written in ascending index order (SPEC.md's tie rule): from the candidates alone when
 //     there is no t_hi, else by a pass over v. Candidates not kept go back into `staged`.
+// When t_lo would be 0 (mostly zero data) the candidates are the nonzero elements, and if they
+// are fewer than k, the first zeros in index order complete the count.
 // Approximate mode (plan.max_count > k) keeps every element at or above t_lo when their count
 // lies in [k, max_count], and otherwise falls back to the exact selection.
 // The result depends on neither the thread count nor, in exact mode, the sample.
@@ -97,7 +99,8 @@ struct chunk_tally {
   bool stored = false;           ///< its candidates fit the workspace
 };
 
-/// The memory of one layer's selections, sized from a plan; refitting to another plan only grows.
+/// The memory of one layer's selections, sized from a plan; refitting it to another plan keeps
+/// the storage it already has.
 struct select_workspace {
   std::vector<float> sample;
   std::vector<std::uint32_t> keys;  ///< scratch of the exact selection among candidates
