@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,9 +92,10 @@ template <class... Parts>
 
 }  // namespace detail
 
-/// Reads an IDX file of unsigned bytes that must have `dims` dimensions.
-[[nodiscard]] inline idx_array read_idx(const std::filesystem::path& file, std::size_t dims) {
-  const std::vector<std::uint8_t> bytes = detail::read_gzip(file);
+/// Parses the decompressed bytes of an IDX file of unsigned bytes that must have `dims`
+/// dimensions; `file` names the source in error messages.
+[[nodiscard]] inline idx_array parse_idx(std::span<const std::uint8_t> bytes, std::size_t dims,
+                                         const std::filesystem::path& file) {
   using detail::fail_in;
   if (bytes.size() < 4) fail_in(file, "truncated: ", bytes.size(), " bytes, an IDX header has at least 4");
   if (bytes[0] != 0 || bytes[1] != 0)
@@ -124,6 +126,11 @@ template <class... Parts>
     fail_in(file, present - count, " bytes after the ", count, " bytes of data the header promises (", shape, ")");
   out.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
   return out;
+}
+
+/// Reads an IDX file (gzip or plain) of unsigned bytes that must have `dims` dimensions.
+[[nodiscard]] inline idx_array read_idx(const std::filesystem::path& file, std::size_t dims) {
+  return parse_idx(detail::read_gzip(file), dims, file);
 }
 
 /// Images and labels of one split: `images` holds count x 784 pixels, row-major.
