@@ -198,7 +198,8 @@ inline constexpr const char* decaying_schedule = "decaying";
       const double t = r.time_to(s.lock_free.target);
       scaling.evidence += " T=" + std::to_string(r.threads) + " " +
                           (t >= 0 ? bellows::detail::concat(std::fixed, std::setprecision(2), t, " s") : std::string("not reached")) +
-                          (t > 0 && one > 0 ? " (x" + ratio(one, t) + ")" : std::string()) + ";";
+                          (t > 0 && one > 0 ? " (x" + ratio(one, t) + ")" : std::string()) + " on " +
+                          ratio(r.cpu_seconds, r.seconds) + " cores;";
     }
     const double two = lf[1].time_to(s.lock_free.target);
     scaling.held = scaling.held && one > 0 && two > 0 && one / two >= 1.5;

@@ -20,13 +20,15 @@
 // the run, the loss of every copy is computed, and that of the running average of the copies,
 // each weighted by (t + a)^2 times the steps since the previous copy (the sequential runs' average
 // of the iterates, sampled at the copies). The last iterate is noisy; the time to a target is the
-// time of the first copy whose average is at or below it.
+// time of the first copy whose average is at or below it. The processor time of the run is kept
+// beside its wall time: on a shared machine their ratio says how many cores the threads got.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <exception>
 #include <mutex>
 #include <span>
@@ -65,7 +67,8 @@ struct lock_free_snapshot {
 struct lock_free_result {
   std::size_t threads = 0;
   std::uint64_t steps = 0;
-  double seconds = 0;  ///< from the common start until the last thread ended
+  double seconds = 0;      ///< from the common start until the last thread ended
+  double cpu_seconds = 0;  ///< processor time of the whole process over the same span (std::clock)
   std::vector<lock_free_snapshot> snapshots;  ///< the last one taken after every thread ended
 
   [[nodiscard]] double steps_per_second() const { return seconds > 0 ? static_cast<double>(steps) / seconds : 0.0; }
@@ -145,6 +148,7 @@ struct lock_free_result {
   pool.reserve(cfg.threads);
   for (std::size_t r = 0; r < cfg.threads; ++r) pool.emplace_back(worker, r);
   while (ready.load() < cfg.threads) std::this_thread::yield();
+  const std::clock_t cpu_start = std::clock();
   start = std::chrono::steady_clock::now();
   go.store(true, std::memory_order_release);
   for (std::thread& th : pool) th.join();
@@ -154,6 +158,7 @@ struct lock_free_result {
   out.threads = cfg.threads;
   out.steps = cfg.steps;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.cpu_seconds = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
   taken.push_back({out.seconds, cfg.steps, 0.0, 0.0});
   std::vector<double> average(d, 0.0);
   double weight_sum = 0;

@@ -110,6 +110,7 @@ inline void write_file(const std::filesystem::path& file, const std::string& tex
       }
       const double t = run.time_to(lf.target);
       parallel.push_back({{"threads", run.threads}, {"steps", run.steps}, {"seconds", run.seconds},
+                          {"cpu_seconds", run.cpu_seconds},
                           {"steps_per_second", run.steps_per_second()}, {"time_to_target", t >= 0 ? t : NAN},
                           {"snapshots", std::move(snaps)}});
     }
@@ -169,12 +170,14 @@ inline void write_file(const std::filesystem::path& file, const std::string& tex
     m << "\nLock-free Mem-SGD, top-" << lf.k << ", decaying schedule, " << (lf.runs.empty() ? 0 : lf.runs.front().steps)
       << " steps in total, suboptimality of the weighted average of the shared iterate's copies; target "
       << sci(lf.target) << " (the one-thread run's, half way).\n\n";
-    m << "| threads | seconds | steps/s | time to target (s) | speed-up | final suboptimality | last iterate |\n"
-         "|---|---|---|---|---|---|---|\n";
+    m << "| threads | seconds | cores used (CPU s / s) | steps/s | steps per CPU s | time to target (s) | speed-up "
+         "| final suboptimality | last iterate |\n|---|---|---|---|---|---|---|---|---|\n";
     const double one = lf.runs.empty() ? -1 : lf.runs.front().time_to(lf.target);
     for (const lock_free_result& run : lf.runs) {
       const double t = run.time_to(lf.target);
-      m << "| " << run.threads << " | " << fixed(run.seconds, 2) << " | " << fixed(run.steps_per_second(), 0) << " | "
+      m << "| " << run.threads << " | " << fixed(run.seconds, 2) << " | " << fixed(run.cpu_seconds / run.seconds, 2)
+        << " | " << fixed(run.steps_per_second(), 0) << " | "
+        << fixed(static_cast<double>(run.steps) / run.cpu_seconds, 0) << " | "
         << (t >= 0 ? fixed(t, 2) : std::string("not reached")) << " | "
         << (t > 0 && one > 0 ? fixed(one / t, 2) + "x" : std::string("-")) << " | "
         << sci(run.snapshots.back().averaged) << " | " << sci(run.snapshots.back().suboptimality) << " |\n";

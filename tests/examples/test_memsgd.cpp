@@ -247,6 +247,7 @@ TEST_CASE("memsgd lock-free: every step taken once, deterministic with one threa
   const memsgd::lock_free_result two = memsgd::run_lock_free(data, lambda, best.value, cfg);
   CHECK(two.threads == 2);
   CHECK(two.steps == 3000);
+  CHECK(two.cpu_seconds > 0.0);
   CHECK(std::isfinite(two.snapshots.back().suboptimality));
   CHECK(two.snapshots.back().averaged < start / 4);
   CHECK(two.time_to(1e9) == two.snapshots.front().seconds);
