@@ -25,11 +25,9 @@ while (($#)); do
   fi
 done
 
-# The release preset configures the tests, benchmarks and tools as well: their packages too.
 # shellcheck source=SCRIPTDIR/install_missing.sh
 source "$root/scripts/install_missing.sh"
-install_missing cmake ninja-build g++ doctest-dev libbenchmark-dev zlib1g-dev dataset-fashion-mnist \
-  libcli11-dev nlohmann-json3-dev
+install_missing "${release_packages[@]}"
 
 cd "$root"
 cmake --preset release >/dev/null
