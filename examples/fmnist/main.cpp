@@ -3,12 +3,15 @@
 // on four workers (threads) with the gradients averaged uncompressed, by PowerSGD and by top-k,
 // each at a static low level, a static high level and switched by Accordion, for every seed;
 // prints one line per epoch and writes results.json, results.md and SVG plots into a folder.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "idx.hpp"
 #include "report.hpp"
@@ -20,14 +23,15 @@ namespace {
 constexpr const char* usage =
     "usage: fmnist_demo [--out DIR] [--quick] [options]\n"
     "  --out DIR          folder for results.json, results.md and the plots (default demo-results)\n"
-    "  --quick            the short configuration of the test suite (see fmnist::quick_comparison)\n"
-    "  --epochs N         epochs per run; the learning-rate decays move with it\n"
-    "  --seeds N          seeds 1 .. N\n"
-    "  --runs A,B,...     runs to train, of: uncompressed powersgd-low powersgd-high\n"
+    "  --quick            the short configuration of the test suite: 1 seed, 6 epochs, 4800 images\n"
+    "  --epochs N         epochs per run (12); the learning rate drops x0.1 at 50% and 75% of them\n"
+    "  --seeds N          seeds 1 .. N (2)\n"
+    "  --runs A,B,...     runs to train (all), of: uncompressed powersgd-low powersgd-high\n"
     "                     powersgd-accordion topk-low topk-high topk-accordion\n"
-    "  --interval N       Accordion: check every N epochs\n"
-    "  --eta X            Accordion: relative change of the gradient norm that marks a critical regime\n"
-    "  --lr X             initial learning rate\n"
+    "  --interval N       Accordion: check every N epochs (2)\n"
+    "  --eta X            Accordion: relative change of a layer's gradient norm that marks a critical\n"
+    "                     regime (0.5)\n"
+    "  --lr X             initial learning rate (0.05)\n"
     "  --train-images N   train on the first N images (0: all 60000)\n"
     "  --test-images N    test on the first N images (0: all 10000)\n"
     "  --data DIR         folder of the four IDX files (default $BELLOWS_FMNIST_DIR, else the\n"
@@ -120,8 +124,10 @@ int main(int argc, char** argv) {
       }
     }
     fmnist::comparison_config config = quick ? fmnist::quick_comparison() : fmnist::full_comparison();
+    if (!given.empty()) config.rationale += " Changed on the command line:";
     for (const auto& [name, value] : given) {
       const std::string option(name);
+      config.rationale.append(" ").append(option).append(" ").append(value);
       if (name == "--epochs") {
         fmnist::set_epochs(config, count_of(value, option.c_str()));
       } else if (name == "--seeds") {
@@ -142,6 +148,7 @@ int main(int argc, char** argv) {
       }
     }
 
+    if (!given.empty()) config.rationale += ".";
     const std::filesystem::path folder = fmnist::data_dir(dir);
     const fmnist::dataset data = fmnist::load(folder);
     std::printf("Fashion-MNIST from %s: %s\n", folder.c_str(), fmnist::describe(config, data).c_str());

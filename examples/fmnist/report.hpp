@@ -297,9 +297,9 @@ inline void write_results_md(const std::filesystem::path& path, const comparison
       "Accordion checks each layer's gradient norm at the end of every epoch e with e %% %zu == 0 "
       "(%zu checks in %zu epochs; the paper checks every 10 of 300 epochs, 30 checks), switches a "
       "layer to the high level when the norm changed by less than %g of its previous value, and "
-      "puts every layer back on the low level for the rest of the interval after each learning-rate "
-      "decay.\n\n",
+      "puts every layer back on the low level after each learning-rate decay until the next check.\n\n",
       config.accordion.interval, checks, config.train.epochs, static_cast<double>(config.accordion.eta));
+  if (!config.rationale.empty()) s += config.rationale + "\n\n";
   s += "| run | final test accuracy (mean over seeds) | spread (max - min) | floats sent per worker "
        "| vs uncompressed | vs static low | bytes vs uncompressed | epochs at high level | wall time per run |\n"
        "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
@@ -318,7 +318,8 @@ inline void write_results_md(const std::filesystem::path& path, const comparison
               config.seeds.size(), config.seeds.size() == 1 ? "" : "s");
   s += "## Verdict\n\nThe claim: Accordion's final accuracy within the seed spread (at least 0.5 "
        "points) of static low's, with at most 60% of static low's floats.\n\n";
-  const std::string verdicts = verdict_lines(sum);
+  const std::string verdicts =
+      sum.verdicts.empty() ? "No family was trained with both static low and Accordion.\n" : verdict_lines(sum);
   std::size_t from = 0;
   while (from < verdicts.size()) {
     const std::size_t end = verdicts.find('\n', from);
