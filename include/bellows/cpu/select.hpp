@@ -356,27 +356,43 @@ inline void tally_candidates(select_workspace& ws, std::uint32_t key) {
   }
 }
 
-/// Step 4 from the candidates alone (every kept element is a candidate).
+/// Whether an element of magnitude key k is kept against the k-th largest key T, the first
+/// `ties` elements equal to T being kept too (which it counts down); without branches, since
+/// either outcome may be frequent.
+[[nodiscard]] inline bool keeps(std::uint32_t k, std::uint32_t key, std::size_t& ties) noexcept {
+  const bool tie = k == key;
+  const bool keep = (k > key) | (tie & (ties != 0));
+  ties -= static_cast<std::size_t>(tie & keep);
+  return keep;
+}
+
+/// v, or +0 when `zero` (without a branch).
+[[nodiscard]] inline float zero_if(bool zero, float v) noexcept {
+  return std::bit_cast<float>(std::bit_cast<std::uint32_t>(v) & (static_cast<std::uint32_t>(zero) - 1u));
+}
+
+/// Step 4 from the candidates alone (every kept element is a candidate). An entry is written
+/// at every candidate, while there is room, and kept by advancing past it.
 template <class Index>
 void emit_candidates(const select_workspace& ws, std::uint32_t key, std::size_t ties,
                      sparse_arrays<Index> out, float* staged) {
+  const std::size_t count = out.index.size();
   std::size_t o = 0;
   for (std::size_t c = 0; c < ws.chunks.size(); ++c) {
     const chunk_tally& t = ws.chunks[c];
     for (std::size_t j = t.first; j < t.first + t.candidates; ++j) {
       const float v = ws.value[j];
-      const std::uint32_t k = magnitude_key(v);
       const std::size_t i = c * select_chunk + ws.position[j];
-      if (k > key || (k == key && ties != 0)) {
-        ties -= k == key;
+      const bool keep = keeps(magnitude_key(v), key, ties);
+      if (o < count) {
         out.index[o] = static_cast<Index>(i);
-        out.value[o++] = v;
-      } else if (staged != nullptr) {
-        staged[i] = v;
+        out.value[o] = v;
       }
+      o += keep;
+      if (staged != nullptr) staged[i] = zero_if(keep, v);
     }
   }
-  BELLOWS_EXPECTS(o == out.index.size(), "select_top: emitted ", o, " of ", out.index.size());
+  BELLOWS_EXPECTS(o == count, "select_top: emitted ", o, " of ", count);
 }
 
 /// Step 4 when the k-th largest magnitude is 0: every candidate (the nonzero elements), and the
@@ -419,23 +435,24 @@ void emit_pass(executor& exec, const float* g, const float* e, float* staged, st
     o += std::size_t{c.above} + c.ties;
   }
   BELLOWS_EXPECTS(o == out.index.size(), "select_top: tallied ", o, " of ", out.index.size());
-  exec.for_chunks(n, select_chunk, [&](std::size_t begin, std::size_t end) {
+  Index* const index = out.index.data();
+  float* const value = out.value.data();
+  exec.for_chunks(n, select_chunk, [&, key, index, value](std::size_t begin, std::size_t end) {
     const chunk_tally& c = ws.chunks[begin / select_chunk];
-    std::size_t at = c.out;
-    std::uint32_t ties_left = c.ties;
+    std::size_t at = c.out, ties_left = c.ties;
+    const std::size_t out_end = c.out + c.above + c.ties;  // this chunk's entries end here
     float block[16];
     for (std::size_t i = begin; i < end; i += 16) {
       const std::size_t len = std::min<std::size_t>(16, end - i);
-      for (std::size_t t = 0; t < len; ++t) {
+      for (std::size_t t = 0; t < len; ++t) {  // as emit_candidates: write, advance if kept
         const float v = value_at<Compensate>(g, e, i + t);
-        const std::uint32_t k = magnitude_key(v);
-        const bool keep = k > key || (k == key && ties_left != 0);
-        ties_left -= k == key && keep;
-        if (keep) {
-          out.index[at] = static_cast<Index>(i + t);
-          out.value[at++] = v;
+        const bool keep = keeps(magnitude_key(v), key, ties_left);
+        if (at < out_end) {
+          index[at] = static_cast<Index>(i + t);
+          value[at] = v;
         }
-        block[t] = keep ? 0.0f : v;
+        at += keep;
+        block[t] = zero_if(keep, v);
       }
       if constexpr (Compensate) {
 #if defined(BELLOWS_CPU_SSE2)
