@@ -57,6 +57,8 @@ TEST_CASE("divide_into: out = x / d, the same bits as divide in place") {
     bellows::cpu::divide(exec, in_place, 7.0f);
     bellows::cpu::divide_into(exec, out, x, 7.0f);
     CHECK(std::memcmp(out.data(), in_place.data(), n * sizeof(float)) == 0);
+    bellows::cpu::divide_into(exec, out, x, 1.0f);
+    CHECK(std::memcmp(out.data(), x.data(), n * sizeof(float)) == 0);
   }
   std::vector<float> short_out(3);
   bellows::cpu::executor exec(1);

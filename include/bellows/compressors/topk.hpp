@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -58,24 +59,28 @@ public:
     return bellows::aggregation::allgather;
   }
 
-  /// One step (a collective call): stage, exchange, and on success commit. Averages by
-  /// allgather of the payloads, or by a dense allreduce of n + 1 floats (the last one the
-  /// non-finite flag) when dense_switch is on and W * k * (index + value bytes) >= 4 n. The
-  /// traffic counts the payload's kept values as its elements.
+  /// One step (a collective call). By allgather: stage, exchange the payloads, average them,
+  /// and on success commit. When dense_switch is on and W * k * (index + value bytes) >= 4 n,
+  /// by one allreduce of n + 1 floats instead: the kept entries written densely, then the
+  /// non-finite flag. The traffic counts the kept values as the payload's elements.
   template <Collective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    const std::span<const std::byte> mine = this->stage(st, inout, coll.rank());
-    if (!averages_densely(st.layer, coll.size())) return this->conclude(st, this->average_by_allgather(st, mine, inout, coll));
-    const wire::header head = detail::header_of(mine);
+    if (!averages_densely(st.layer, coll.size()))
+      return this->conclude(st, this->average_by_allgather(st, this->stage(st, inout, coll.rank()), inout, coll));
+    this->fit(st);
+    this->check_size(st, inout.size());
     const std::size_t n = inout.size();
     st.dense_.resize(n + 1);
     const std::span<float> sum(st.dense_.data(), n);
-    fill(*this->exec_, sum, 0.0f);
-    st.dense_[n] = (head.flags & wire::flag::non_finite) != 0 ? 1.0f : 0.0f;
-    if (st.dense_[n] == 0.0f) (void)this->decode_add(st, mine, sum);
+    const auto [memory, staged] = this->compensation(st);
+    const std::optional<std::size_t> kept =
+        select_top_dense(*this->exec_, st.plan_, sample_key(st, coll.rank()), inout, memory, staged,
+                         st.work_, sum);
+    this->staged_without_payload(st, kept.has_value());
+    st.dense_[n] = kept ? 0.0f : 1.0f;
     coll.allreduce_sum(st.dense_);
-    reduce_result r{st.dense_[n] != 0.0f ? step_status::non_finite : step_status::ok,
-                    {st.dense_.size() * sizeof(float), st.dense_.size(), head.count}};
+    const reduce_result r{st.dense_[n] != 0.0f ? step_status::non_finite : step_status::ok,
+                          {st.dense_.size() * sizeof(float), st.dense_.size(), kept.value_or(0)}};
     if (r.status == step_status::ok) divide_into(*this->exec_, inout, sum, static_cast<float>(coll.size()));
     return this->conclude(st, r);
   }
@@ -106,12 +111,15 @@ private:
     this->fit_memory(st, params_.feedback);
   }
 
+  /// The key of the sample that sets the selection threshold.
+  [[nodiscard]] philox::stream sample_key(const state& st, std::size_t rank) const noexcept {
+    return {params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id, static_cast<std::uint32_t>(rank)};
+  }
+
   std::span<std::byte> write(state& st, std::span<const float> g, std::span<const float> e,
                              std::span<float> staged, std::span<std::byte> out, std::size_t rank) const {
-    const philox::stream draw{params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id,
-                              static_cast<std::uint32_t>(rank)};
     return detail::write_sparse<cpu::sparse_arrays>(out, codec, g.size(), [&](auto begin) {
-      return select_top(*this->exec_, st.plan_, draw, g, e, staged, st.work_, begin);
+      return select_top(*this->exec_, st.plan_, sample_key(st, rank), g, e, staged, st.work_, begin);
     });
   }
 

@@ -33,7 +33,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "bellows/core/error.hpp"
@@ -371,62 +373,54 @@ inline void tally_candidates(select_workspace& ws, std::uint32_t key) {
   return std::bit_cast<float>(std::bit_cast<std::uint32_t>(v) & (static_cast<std::uint32_t>(zero) - 1u));
 }
 
-/// Step 4 from the candidates alone (every kept element is a candidate). An entry is written
-/// at every candidate, while there is room, and kept by advancing past it.
-template <class Index>
-void emit_candidates(const select_workspace& ws, std::uint32_t key, std::size_t ties,
-                     sparse_arrays<Index> out, float* staged) {
-  const std::size_t count = out.index.size();
-  std::size_t o = 0;
+/// Step 4 from the candidates alone (every kept element is a candidate): put(i, v, keep) for
+/// each, in index order; a candidate not kept goes back into `staged`.
+template <class Put>
+void each_candidate(const select_workspace& ws, std::uint32_t key, std::size_t ties, float* staged, Put&& put) {
   for (std::size_t c = 0; c < ws.chunks.size(); ++c) {
     const chunk_tally& t = ws.chunks[c];
     for (std::size_t j = t.first; j < t.first + t.candidates; ++j) {
       const float v = ws.value[j];
       const std::size_t i = c * select_chunk + ws.position[j];
       const bool keep = keeps(magnitude_key(v), key, ties);
-      if (o < count) {
-        out.index[o] = static_cast<Index>(i);
-        out.value[o] = v;
-      }
-      o += keep;
+      put(i, v, keep);
       if (staged != nullptr) staged[i] = zero_if(keep, v);
     }
   }
-  BELLOWS_EXPECTS(o == count, "select_top: emitted ", o, " of ", count);
 }
 
-/// Step 4 when the k-th largest magnitude is 0: every candidate (the nonzero elements), and the
-/// first `zeros` other elements in index order, kept with zeros in `staged`.
-template <bool Compensate, class Index>
-void emit_with_zeros(const float* g, const float* e, float* staged, const select_workspace& ws,
-                     std::size_t zeros, sparse_arrays<Index> out) {
-  std::size_t o = 0, next = 0;  // the next index a zero may come from
-  auto emit = [&](std::size_t i, float v) {
-    out.index[o] = static_cast<Index>(i);
-    out.value[o++] = v;
-    if constexpr (Compensate) staged[i] = 0.0f;
-  };
+/// Step 4 when the k-th largest magnitude is 0: put(i, v) for every candidate (the nonzero
+/// elements) and the first `zeros` other elements, in index order; the zeros kept get zeros in
+/// `staged` too.
+template <bool Compensate, class Put>
+void each_with_zeros(const float* g, const float* e, float* staged, const select_workspace& ws,
+                     std::size_t zeros, Put&& put) {
+  std::size_t next = 0;  // the next index a zero may come from
   auto zeros_before = [&](std::size_t end) {
-    for (; zeros != 0 && next < end; ++next, --zeros) emit(next, value_at<Compensate>(g, e, next));
+    for (; zeros != 0 && next < end; ++next, --zeros) {
+      put(next, value_at<Compensate>(g, e, next));
+      if constexpr (Compensate) staged[next] = 0.0f;
+    }
   };
   for (std::size_t c = 0; c < ws.chunks.size(); ++c) {
     const chunk_tally& t = ws.chunks[c];
     for (std::size_t j = t.first; j < t.first + t.candidates; ++j) {
       const std::size_t i = c * select_chunk + ws.position[j];
       zeros_before(i);
-      emit(i, ws.value[j]);
+      put(i, ws.value[j]);
       next = i + 1;
     }
   }
   zeros_before(~std::size_t{0});
-  BELLOWS_EXPECTS(o == out.index.size(), "select_top: emitted ", o, " of ", out.index.size());
 }
 
-/// Step 4 by a pass over v, from per-chunk tallies (above: key > T, ties: key == T present).
-/// `ties` of the ties are kept, the first ones in index order.
-template <bool Compensate, class Index>
-void emit_pass(executor& exec, const float* g, const float* e, float* staged, std::size_t n,
-               std::uint32_t key, std::size_t ties, select_workspace& ws, sparse_arrays<Index> out) {
+/// Step 4 by a pass over v, from per-chunk tallies (above: key > T, ties: key == T present):
+/// `ties` of the ties are kept, the first ones in index order. Gives each chunk its share of
+/// the ties and its first output position (`out`), then in parallel calls put(i, v, keep) for
+/// every element, with put = chunk_put(its chunk_tally), and writes `staged` (with Compensate).
+template <bool Compensate, class ChunkPut>
+void each_element(executor& exec, const float* g, const float* e, float* staged, std::size_t n,
+                  std::uint32_t key, std::size_t ties, select_workspace& ws, ChunkPut&& chunk_put) {
   std::size_t o = 0;
   for (chunk_tally& c : ws.chunks) {
     c.ties = static_cast<std::uint32_t>(std::min<std::size_t>(c.ties, ties));
@@ -434,24 +428,17 @@ void emit_pass(executor& exec, const float* g, const float* e, float* staged, st
     c.out = o;
     o += std::size_t{c.above} + c.ties;
   }
-  BELLOWS_EXPECTS(o == out.index.size(), "select_top: tallied ", o, " of ", out.index.size());
-  Index* const index = out.index.data();
-  float* const value = out.value.data();
-  exec.for_chunks(n, select_chunk, [&, key, index, value](std::size_t begin, std::size_t end) {
+  exec.for_chunks(n, select_chunk, [&, key](std::size_t begin, std::size_t end) {
     const chunk_tally& c = ws.chunks[begin / select_chunk];
-    std::size_t at = c.out, ties_left = c.ties;
-    const std::size_t out_end = c.out + c.above + c.ties;  // this chunk's entries end here
+    auto put = chunk_put(c);
+    std::size_t ties_left = c.ties;
     float block[16];
     for (std::size_t i = begin; i < end; i += 16) {
       const std::size_t len = std::min<std::size_t>(16, end - i);
-      for (std::size_t t = 0; t < len; ++t) {  // as emit_candidates: write, advance if kept
+      for (std::size_t t = 0; t < len; ++t) {
         const float v = value_at<Compensate>(g, e, i + t);
         const bool keep = keeps(magnitude_key(v), key, ties_left);
-        if (at < out_end) {
-          index[at] = static_cast<Index>(i + t);
-          value[at] = v;
-        }
-        at += keep;
+        put(i + t, v, keep);
         block[t] = zero_if(keep, v);
       }
       if constexpr (Compensate) {
@@ -468,14 +455,22 @@ void emit_pass(executor& exec, const float* g, const float* e, float* staged, st
   });
 }
 
-template <bool Compensate, class Arrays>
-bool select_top(executor& exec, const select_plan& plan, const philox::stream& draw, const float* g,
-                const float* e, float* staged, select_workspace& ws, Arrays&& arrays) {
+/// What steps 1 to 3 found: where step 4 takes the kept elements from, the k-th largest key T,
+/// how many elements equal to T are kept (for `zeros`: how many zeros), and the count kept.
+struct threshold {
+  enum class source : std::uint8_t { non_finite, candidates, pass, zeros };
+  source from = source::non_finite;
+  std::uint32_t key = 0;
+  std::size_t ties = 0;
+  std::size_t count = 0;
+};
+
+template <bool Compensate>
+threshold find_threshold(executor& exec, const select_plan& plan, const philox::stream& draw,
+                         const float* g, const float* e, float* staged, select_workspace& ws) {
+  using source = threshold::source;
   const std::size_t n = plan.n, k = plan.k;
-  if (n == 0) {
-    (void)arrays(0);
-    return true;
-  }
+  if (n == 0) return {source::candidates, 0, 0, 0};
   if (plan.sample != 0) {
     // Step 1: one element from each of `sample` strata.
     const std::size_t s = plan.sample;
@@ -499,43 +494,157 @@ bool select_top(executor& exec, const select_plan& plan, const philox::stream& d
     // Step 2.
     const scan_summary s2 = small ? scan<Compensate, false>(exec, g, e, staged, n, lo, hi, ws)
                                   : scan<Compensate, true>(exec, g, e, nullptr, n, lo, hi, ws);
-    if (s2.non_finite) return false;
+    if (s2.non_finite) return {};
     const std::size_t reach = s2.above + s2.candidates;
-    if (s2.candidates <= ws.position.size() && s2.above < k && k <= reach) {
+    const bool stored = s2.candidates <= ws.position.size();
+    if (stored && s2.above < k && k <= reach) {
       // Step 3 among the candidates.
-      std::uint32_t key = lo;
-      std::size_t ties = s2.candidates, count = reach;
+      threshold t{small ? source::candidates : source::pass, lo, s2.candidates, reach};
       if (plan.max_count == k || reach > plan.max_count) {
-        const kth_key t = kth_largest_key(std::span<const float>(ws.value.data(), s2.candidates),
-                                          k - s2.above, ws.keys);
-        key = t.key;
-        ties = k - s2.above - t.above;
-        count = k;
+        const kth_key kth = kth_largest_key(std::span<const float>(ws.value.data(), s2.candidates),
+                                            k - s2.above, ws.keys);
+        t = {t.from, kth.key, k - s2.above - kth.above, k};
       }
-      const auto out = arrays(count);
-      if (small) {
-        emit_candidates(ws, key, ties, out, staged);
-      } else {
-        tally_candidates(ws, key);
-        emit_pass<Compensate>(exec, g, e, staged, n, key, ties, ws, out);
-      }
-      return true;
+      if (!small) tally_candidates(ws, t.key);
+      return t;
     }
-    if (small && lo == 1 && s2.candidates <= ws.position.size() && s2.candidates < k) {
-      // Every nonzero element is kept, and the first k - candidates zeros.
-      emit_with_zeros<Compensate>(g, e, staged, ws, k - s2.candidates, arrays(k));
-      return true;
-    }
+    if (small && lo == 1 && stored && s2.candidates < k)  // every nonzero element, then zeros
+      return {source::zeros, 0, k - s2.candidates, k};
   }
   // Step 3 over all of v.
   bool non_finite = false;
-  const kth_key t = kth_largest_key_of_all<Compensate>(exec, g, e, n, k, non_finite);
-  if (non_finite) return false;
-  tally_against<Compensate>(exec, g, e, n, t.key, ws);
-  emit_pass<Compensate>(exec, g, e, staged, n, t.key, k - t.above, ws, arrays(k));
+  const kth_key kth = kth_largest_key_of_all<Compensate>(exec, g, e, n, k, non_finite);
+  if (non_finite) return {};
+  tally_against<Compensate>(exec, g, e, n, kth.key, ws);
+  return {source::pass, kth.key, k - kth.above, k};
+}
+
+template <bool Compensate, class Arrays>
+bool select_top(executor& exec, const select_plan& plan, const philox::stream& draw, const float* g,
+                const float* e, float* staged, select_workspace& ws, Arrays&& arrays) {
+  using source = threshold::source;
+  const threshold t = find_threshold<Compensate>(exec, plan, draw, g, e, staged, ws);
+  if (t.from == source::non_finite) return false;
+  const auto out = arrays(t.count);
+  auto* const index = out.index.data();
+  float* const value = out.value.data();
+  if (t.from == source::zeros) {
+    std::size_t o = 0;
+    each_with_zeros<Compensate>(g, e, staged, ws, t.ties, [&](std::size_t i, float v) {
+      index[o] = static_cast<std::remove_pointer_t<decltype(index)>>(i);
+      value[o++] = v;
+    });
+    return true;
+  }
+  // An entry is written at every element looked at, while there is room, and kept by advancing
+  // past it: no branch on `keep`, which may go either way half the time.
+  auto writer = [index, value](std::size_t o, std::size_t end) {
+    return [=](std::size_t i, float v, bool keep) mutable {
+      if (o < end) {
+        index[o] = static_cast<std::remove_pointer_t<decltype(index)>>(i);
+        value[o] = v;
+      }
+      o += keep;
+    };
+  };
+  if (t.from == source::candidates)
+    each_candidate(ws, t.key, t.ties, staged, writer(0, t.count));
+  else
+    each_element<Compensate>(exec, g, e, staged, plan.n, t.key, t.ties, ws, [&](const chunk_tally& c) {
+      return writer(c.out, c.out + c.above + c.ties);
+    });
   return true;
 }
 
+/// Step 4 for a dense output, by a pass over v: dense = v where kept, else 0; staged (with
+/// Compensate) the other way round. Blocks with no element equal to T are split by mask; the
+/// rare blocks with one go element by element, in order, for the tie rule.
+template <bool Compensate>
+void split_pass(executor& exec, const float* g, const float* e, float* staged, std::size_t n,
+                std::uint32_t key, std::size_t ties, select_workspace& ws, float* dense) {
+  for (chunk_tally& c : ws.chunks) {
+    c.ties = static_cast<std::uint32_t>(std::min<std::size_t>(c.ties, ties));
+    ties -= c.ties;
+  }
+  exec.for_chunks(n, select_chunk, [&, key](std::size_t begin, std::size_t end) {
+    std::size_t ties_left = ws.chunks[begin / select_chunk].ties;
+    std::size_t i = begin;
+#if defined(BELLOWS_CPU_SSE2)
+    const __m128i magnitude = _mm_set1_epi32(0x7FFFFFFF);
+    const __m128i t = _mm_set1_epi32(static_cast<int>(key));
+    for (; i + 16 <= end; i += 16) {
+      __m128 v[4];
+      __m128i above[4], tie = _mm_setzero_si128();
+      for (int q = 0; q < 4; ++q) {
+        v[q] = _mm_loadu_ps(g + i + 4 * q);
+        if constexpr (Compensate) v[q] = _mm_add_ps(v[q], _mm_loadu_ps(e + i + 4 * q));
+        const __m128i k = _mm_and_si128(_mm_castps_si128(v[q]), magnitude);
+        above[q] = _mm_cmpgt_epi32(k, t);
+        tie = _mm_or_si128(tie, _mm_cmpeq_epi32(k, t));
+      }
+      if (_mm_movemask_epi8(tie) != 0) {
+        for (std::size_t j = i; j < i + 16; ++j) {
+          const float x = value_at<Compensate>(g, e, j);
+          const bool keep = keeps(magnitude_key(x), key, ties_left);
+          dense[j] = zero_if(!keep, x);
+          if constexpr (Compensate) staged[j] = zero_if(keep, x);
+        }
+        continue;
+      }
+      for (int q = 0; q < 4; ++q) {
+        const __m128 keep = _mm_castsi128_ps(above[q]);
+        _mm_storeu_ps(dense + i + 4 * q, _mm_and_ps(keep, v[q]));
+        if constexpr (Compensate) stream_store(staged + i + 4 * q, _mm_andnot_ps(keep, v[q]));
+      }
+    }
+#endif
+    for (; i < end; ++i) {
+      const float x = value_at<Compensate>(g, e, i);
+      const bool keep = keeps(magnitude_key(x), key, ties_left);
+      dense[i] = zero_if(!keep, x);
+      if constexpr (Compensate) staged[i] = zero_if(keep, x);
+    }
+    if constexpr (Compensate) stream_fence();
+  });
+}
+
+template <bool Compensate>
+std::optional<std::size_t> select_top_dense(executor& exec, const select_plan& plan,
+                                            const philox::stream& draw, const float* g, const float* e,
+                                            float* staged, select_workspace& ws, float* dense) {
+  using source = threshold::source;
+  const threshold t = find_threshold<Compensate>(exec, plan, draw, g, e, staged, ws);
+  if (t.from == source::non_finite) return std::nullopt;
+  if (t.from == source::pass) {
+    split_pass<Compensate>(exec, g, e, staged, plan.n, t.key, t.ties, ws, dense);
+    return t.count;
+  }
+  exec.for_chunks(plan.n, select_chunk, [dense](std::size_t begin, std::size_t end) {
+    std::fill(dense + begin, dense + end, 0.0f);
+  });
+  if (t.from == source::zeros)
+    each_with_zeros<Compensate>(g, e, staged, ws, t.ties, [dense](std::size_t i, float v) { dense[i] = v; });
+  else
+    each_candidate(ws, t.key, t.ties, staged, [dense](std::size_t i, float v, bool keep) {
+      dense[i] = zero_if(!keep, v);
+    });
+  return t.count;
+}
+
+}  // namespace detail
+
+namespace detail {
+inline void check_select(const char* who, const select_plan& plan, std::span<const float> g,
+                         std::span<const float> e, std::span<float> staged, const select_workspace& ws) {
+  BELLOWS_EXPECTS(g.size() == plan.n && (e.empty() || (e.size() == plan.n && staged.size() == plan.n)),
+                  who, ": a plan for ", plan.n, " elements, buffers of ", g.size(), ", ", e.size(),
+                  " and ", staged.size());
+  BELLOWS_EXPECTS(e.empty() || stream_aligned(staged.data()), who,
+                  ": `staged` must start at a multiple of 16 bytes");
+  BELLOWS_EXPECTS(ws.sample.size() >= plan.sample && ws.keys.size() >= ws.position.size() &&
+                      ws.chunks.size() == (plan.n + select_chunk - 1) / select_chunk,
+                  who, ": the workspace does not fit the plan");
+}
 }  // namespace detail
 
 /// Selects the k = plan.k elements of largest magnitude of v = g, or v = g + e when `e` is not
@@ -548,17 +657,23 @@ template <class Arrays>
 [[nodiscard]] bool select_top(executor& exec, const select_plan& plan, const philox::stream& draw,
                               std::span<const float> g, std::span<const float> e,
                               std::span<float> staged, select_workspace& ws, Arrays&& arrays) {
-  BELLOWS_EXPECTS(g.size() == plan.n && (e.empty() || (e.size() == plan.n && staged.size() == plan.n)),
-                  "select_top: a plan for ", plan.n, " elements, buffers of ", g.size(), ", ",
-                  e.size(), " and ", staged.size());
-  BELLOWS_EXPECTS(e.empty() || detail::stream_aligned(staged.data()),
-                  "select_top: `staged` must start at a multiple of 16 bytes");
-  BELLOWS_EXPECTS(ws.sample.size() >= plan.sample && ws.keys.size() >= ws.position.size() &&
-                      ws.chunks.size() == (plan.n + select_chunk - 1) / select_chunk,
-                  "select_top: the workspace does not fit the plan");
+  detail::check_select("select_top", plan, g, e, staged, ws);
   if (e.empty())
     return detail::select_top<false>(exec, plan, draw, g.data(), nullptr, nullptr, ws, arrays);
   return detail::select_top<true>(exec, plan, draw, g.data(), e.data(), staged.data(), ws, arrays);
+}
+
+/// The same selection written densely: dense[i] = v[i] where kept, 0 elsewhere (n floats), for
+/// averaging by a dense allreduce. Returns the count kept, or nothing (dense and staged then
+/// unspecified) when an element of v is NaN or +-Inf.
+[[nodiscard]] inline std::optional<std::size_t> select_top_dense(
+    executor& exec, const select_plan& plan, const philox::stream& draw, std::span<const float> g,
+    std::span<const float> e, std::span<float> staged, select_workspace& ws, std::span<float> dense) {
+  detail::check_select("select_top_dense", plan, g, e, staged, ws);
+  BELLOWS_EXPECTS(dense.size() == plan.n, "select_top_dense: ", dense.size(), " floats for ", plan.n);
+  if (e.empty())
+    return detail::select_top_dense<false>(exec, plan, draw, g.data(), nullptr, nullptr, ws, dense.data());
+  return detail::select_top_dense<true>(exec, plan, draw, g.data(), e.data(), staged.data(), ws, dense.data());
 }
 
 }  // namespace bellows::cpu
