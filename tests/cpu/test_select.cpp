@@ -270,3 +270,38 @@ TEST_CASE("plan_select: thresholds inside the sample, an upper one only for larg
   CHECK_THROWS_AS((void)bellows::cpu::plan_select(10, 0, 0), bellows::error);
   CHECK_THROWS_AS((void)bellows::cpu::plan_select(10, 5, 11), bellows::error);
 }
+
+TEST_CASE("select_top_dense: the same selection written densely, and the same staged residual") {
+  const std::size_t n = 3 * select_chunk + 77;
+  for (const std::string kind : {"normal", "levels", "sparse", "equal"}) {
+    const auto g = data(kind, n, 21);
+    const auto e = data("normal", n, 22);
+    for (std::size_t k : {std::size_t{1}, n / 100, n / 3, n - 2, n}) {
+      CAPTURE(kind);
+      CAPTURE(k);
+      auto plan = bellows::cpu::plan_select(n, k, k);
+      for (int variant = 0; variant < 2; ++variant) {  // as planned; with the sample misleading
+        if (variant == 1 && plan.sample != 0) plan.lower_rank = 1;
+        const selection sparse = select(2, plan, g, e);
+        bellows::cpu::executor exec(2);
+        bellows::cpu::select_workspace ws(plan);
+        std::vector<float> dense(n, -3.0f), staged(n, -7.0f);
+        const auto kept = bellows::cpu::select_top_dense(exec, plan, bellows::philox::stream{5, 0, 1, 0}, g, e,
+                                                         staged, ws, dense);
+        REQUIRE(kept.has_value());
+        CHECK(*kept == k);
+        std::vector<float> expected(n, 0.0f);
+        for (std::size_t j = 0; j < sparse.index.size(); ++j) expected[sparse.index[j]] = sparse.value[j];
+        CHECK(dense == expected);
+        CHECK(same_bits(staged, sparse.staged));
+      }
+    }
+  }
+  auto g = bellows::testing::normal_floats(n, 3);
+  g[n - 1] = std::numeric_limits<float>::infinity();
+  bellows::cpu::executor exec(1);
+  const auto plan = bellows::cpu::plan_select(n, n / 100, n / 100);
+  bellows::cpu::select_workspace ws(plan);
+  std::vector<float> dense(n);
+  CHECK_FALSE(bellows::cpu::select_top_dense(exec, plan, bellows::philox::stream{}, g, {}, {}, ws, dense).has_value());
+}
