@@ -2,6 +2,7 @@
 // Tests of the Mem-SGD example (examples/memsgd): its data, objective, step sizes, the way it
 // drives the library's compressors, the lock-free variant, the plots, and (the last case) the
 // --quick experiment with the claims of the paper that hold at that scale.
+#include "fmnist_data.hpp"
 #include "memsgd/experiment.hpp"
 #include "memsgd/report.hpp"
 
@@ -19,13 +20,7 @@
 #include <string>
 #include <vector>
 
-// Defined by the AddressSanitizer and ThreadSanitizer runtimes, absent (null) in a plain build.
-extern "C" void __asan_init() __attribute__((weak));
-extern "C" void __tsan_init() __attribute__((weak));
-
 namespace {
-
-bool sanitized() { return __asan_init != nullptr || __tsan_init != nullptr; }
 
 memsgd::dataset tiny(std::uint64_t seed = 5) { return memsgd::synthetic_sparse({300, 200, 8, seed}); }
 
@@ -73,13 +68,12 @@ TEST_CASE("memsgd data: the synthetic recipe gives unit rows of the asked size, 
 }
 
 TEST_CASE("memsgd data: binary Fashion-MNIST keeps two classes, unit rows, no zero pixels") {
-  const std::filesystem::path dir = fmnist::data_dir();
-  if (!std::filesystem::exists(dir / "train-images-idx3-ubyte.gz")) {
-    MESSAGE("skipped: no Fashion-MNIST in " << dir << " (apt-get install dataset-fashion-mnist)");
+  const fmnist::dataset* images = fmnist::testing::real_data();
+  if (images == nullptr) {
+    MESSAGE("skipped: no Fashion-MNIST in " << fmnist::package_dir << " (apt-get install dataset-fashion-mnist)");
     return;
   }
-  const fmnist::dataset images = fmnist::load(dir);
-  const memsgd::dataset data = memsgd::binary_fmnist(images.train, 200, 0, 6);
+  const memsgd::dataset data = memsgd::binary_fmnist(images->train, 200, 0, 6);
   CHECK(data.n() == 200);
   CHECK(data.d == 784);
   for (std::size_t i = 0; i < data.n(); ++i) {
@@ -89,7 +83,7 @@ TEST_CASE("memsgd data: binary Fashion-MNIST keeps two classes, unit rows, no ze
   const auto positives = std::count(data.label.begin(), data.label.end(), 1.0f);
   CHECK(positives > 50);
   CHECK(positives < 150);
-  CHECK_THROWS_WITH_AS((void)memsgd::binary_fmnist(images.train, 10, 3, 3), doctest::Contains("two different classes"),
+  CHECK_THROWS_WITH_AS((void)memsgd::binary_fmnist(images->train, 10, 3, 3), doctest::Contains("two different classes"),
                        bellows::error);
 }
 
@@ -278,12 +272,11 @@ TEST_CASE("memsgd plots: an SVG with one polyline per series, escaped text, only
 }
 
 TEST_CASE("memsgd --quick: the paper's claims that hold at this scale") {
-  const std::filesystem::path dir = fmnist::data_dir();
-  if (!std::filesystem::exists(dir / "train-images-idx3-ubyte.gz")) {
-    MESSAGE("skipped: no Fashion-MNIST in " << dir << " (apt-get install dataset-fashion-mnist)");
+  if (fmnist::testing::real_data() == nullptr) {
+    MESSAGE("skipped: no Fashion-MNIST in " << fmnist::package_dir << " (apt-get install dataset-fashion-mnist)");
     return;
   }
-  if (sanitized()) {
+  if (fmnist::testing::sanitized) {
     MESSAGE("skipped under a sanitizer: the quick experiment takes minutes there; the cases above run "
             "the same code on small data");
     return;
