@@ -3,8 +3,9 @@
 // pass that keeps the few elements above it, then an exact selection among those few.
 //
 // select_top, for the k largest |v| of v = g (or g + e, the error-compensated gradient):
-//  1. Sample: `plan.sample` elements, one drawn from each of that many equal strata of the
-//     array (Philox, so every backend draws the same). The lower threshold t_lo is the
+//  1. Sample: `plan.sample` elements, four consecutive ones (one cache line, mostly) at a
+//     position drawn in each of plan.sample / 4 equal strata of the array (Philox, so every
+//     backend draws the same), or all of them for small n. The lower threshold t_lo is the
 //     plan.lower_rank-th largest sampled magnitude, a few standard deviations below the k-th, so
 //     that almost surely at least k elements reach it. For large k there is also an upper
 //     threshold t_hi (plan.upper_rank), above which almost surely fewer than k elements lie.
@@ -66,9 +67,10 @@ struct select_plan {
 };
 
 /// The plan for keeping k (exact) or k to max_count (approximate) of n elements. The sample has
-/// n / 256 elements, at least 2048 and at most 32768 (all of them for small n). Its expected
+/// n / 1024 elements, at least 2048 and at most 16384 (all of them for small n). Its expected
 /// count of elements among the top k is h = k * sample / n, with standard deviation
-/// sd = sqrt(h (1 - k / n)); t_lo sits at rank ceil(h + z sd) + 1 (z = 4 exact, 2 approximate)
+/// sd = sqrt(h (1 - k / n)); t_lo sits at rank ceil(h + z sd) + 1 (z = 3 exact, 2 approximate;
+/// a sample that misleads costs the histogram passes: for independent data about 1 step in 700)
 /// and, when k > n / 8, t_hi at rank floor(h - z sd) - 1. The workspace holds twice the
 /// expected candidates plus 1024.
 [[nodiscard]] inline select_plan plan_select(std::size_t n, std::size_t k, std::size_t max_count) {
@@ -76,10 +78,11 @@ struct select_plan {
                   k, " to ", max_count, " of ", n, " elements");
   select_plan p{n, k, max_count, 0, 0, 0, 0};
   if (k == n) return p;
-  p.sample = std::min(n, std::clamp<std::size_t>(n / 256, 2048, 32768));
+  p.sample = std::min(n, std::clamp<std::size_t>(n / 1024, 2048, 16384));
+  if (p.sample < n) p.sample -= p.sample % 4;  // whole runs of four
   const double fraction = static_cast<double>(k) / static_cast<double>(n);
   const double hits = fraction * static_cast<double>(p.sample);
-  const double spread = (max_count > k ? 2.0 : 4.0) * std::sqrt(hits * (1.0 - fraction));
+  const double spread = (max_count > k ? 2.0 : 3.0) * std::sqrt(hits * (1.0 - fraction));
   p.lower_rank = std::min(p.sample, static_cast<std::size_t>(std::ceil(hits + spread)) + 1);
   if (k > n / 8) {
     const double upper = std::floor(hits - spread) - 1.0;
@@ -374,17 +377,21 @@ inline void tally_candidates(select_workspace& ws, std::uint32_t key) {
 }
 
 /// Step 4 from the candidates alone (every kept element is a candidate): put(i, v, keep) for
-/// each, in index order; a candidate not kept goes back into `staged`.
+/// each, in index order; a candidate not kept goes back into `staged` (only those: the residual
+/// was written with streaming stores, and its lines are out of the cache).
 template <class Put>
 void each_candidate(const select_workspace& ws, std::uint32_t key, std::size_t ties, float* staged, Put&& put) {
+  float spare = 0.0f;  // where the stores of kept candidates go instead
   for (std::size_t c = 0; c < ws.chunks.size(); ++c) {
     const chunk_tally& t = ws.chunks[c];
-    for (std::size_t j = t.first; j < t.first + t.candidates; ++j) {
+    const std::size_t base = c * select_chunk, end = t.first + t.candidates;
+    for (std::size_t j = t.first; j < end; ++j) {
       const float v = ws.value[j];
-      const std::size_t i = c * select_chunk + ws.position[j];
+      const std::size_t i = base + ws.position[j];
       const bool keep = keeps(magnitude_key(v), key, ties);
       put(i, v, keep);
-      if (staged != nullptr) staged[i] = zero_if(keep, v);
+      if (staged == nullptr) continue;
+      *(keep ? &spare : staged + i) = v;  // no branch on `keep`
     }
   }
 }
@@ -472,14 +479,20 @@ threshold find_threshold(executor& exec, const select_plan& plan, const philox::
   const std::size_t n = plan.n, k = plan.k;
   if (n == 0) return {source::candidates, 0, 0, 0};
   if (plan.sample != 0) {
-    // Step 1: one element from each of `sample` strata.
+    // Step 1: all of v, or four consecutive elements from each of sample / 4 strata.
     const std::size_t s = plan.sample;
-    for (std::size_t j = 0; j < s; j += 4) {
-      const philox::u32x4 words = draw.block(static_cast<std::uint32_t>(j / 4));
-      for (std::size_t w = 0; w < 4 && j + w < s; ++w) {
-        const std::size_t lo = (j + w) * n / s, hi = (j + w + 1) * n / s;
-        const auto width = static_cast<std::uint32_t>(std::min<std::size_t>(hi - lo, 0xFFFFFFFFu));
-        ws.sample[j + w] = value_at<Compensate>(g, e, lo + philox::to_below(words.v[w], width));
+    if (s == n) {
+      for (std::size_t i = 0; i < n; ++i) ws.sample[i] = value_at<Compensate>(g, e, i);
+    } else {
+      const std::size_t strata = s / 4;
+      for (std::size_t j = 0; j < strata; j += 4) {
+        const philox::u32x4 words = draw.block(static_cast<std::uint32_t>(j / 4));
+        for (std::size_t w = 0; w < 4 && j + w < strata; ++w) {
+          const std::size_t lo = (j + w) * n / strata, hi = (j + w + 1) * n / strata;
+          const auto starts = static_cast<std::uint32_t>(std::min<std::size_t>(hi - lo - 3, 0xFFFFFFFFu));
+          const std::size_t at = lo + philox::to_below(words.v[w], starts);
+          for (std::size_t q = 0; q < 4; ++q) ws.sample[4 * (j + w) + q] = value_at<Compensate>(g, e, at + q);
+        }
       }
     }
     const std::span<const float> sampled(ws.sample.data(), s);
