@@ -230,11 +230,14 @@ TEST_CASE("topk: k = clamp(ceil(ratio * n), 1, n) as a decimal ratio reads; an e
 TEST_CASE("topk approximate: keeps between k and ceil(1.25 k) and reports the count kept") {
   bellows::cpu::executor exec(1);
   bellows::archetypes::collective solo;
-  bellows::topk<> c({.ratio = 0.01, .mode = bellows::topk_mode::approximate, .feedback = bellows::feedback::none}, exec);
+  // At 10% of n = 400000 the 2048-element sample expects h = 205 hits (sd 13.6); t_lo at
+  // rank h + 2 sd lets through about 1.14 k, inside [k, 1.25 k], so the candidates are kept
+  // as they are. (At 1% the same sample lets through about 1.5 k, and k are selected exactly.)
+  bellows::topk<> c({.ratio = 0.1, .mode = bellows::topk_mode::approximate, .feedback = bellows::feedback::none}, exec);
   const std::size_t n = 400000;
   auto st = c.make_state({0, "w", bellows::shape{n}});
   const std::size_t k = st.k();
-  bool beyond_k = false;
+  int beyond_k = 0;
   for (int s = 0; s < 5; ++s) {
     auto x = bellows::testing::normal_floats(n, 60 + static_cast<unsigned>(s));
     const auto r = c.reduce(st, x, solo);
@@ -243,9 +246,9 @@ TEST_CASE("topk approximate: keeps between k and ceil(1.25 k) and reports the co
     CHECK(kept >= k);
     CHECK(kept <= k + (k + 3) / 4);
     CHECK(r.sent.bytes == bellows::detail::sparse_payload_bytes(n, kept));
-    beyond_k |= kept > k;
+    beyond_k += kept > k;
   }
-  CHECK(beyond_k);
+  CHECK(beyond_k >= 3);  // each step with probability about 0.93
 }
 
 TEST_CASE("topk: a state serves another ratio (Accordion's levels) and keeps its memory") {
