@@ -102,8 +102,8 @@ namespace detail {
 
 /// A uniform integer in [0, bound) from the 64-bit words at `cursor` (advanced past the words
 /// used), rejecting as step 2 does.
-inline std::uint64_t uniform_below(const philox::stream& s, std::uint64_t& cursor,
-                                   std::uint64_t bound) noexcept {
+BELLOWS_HD inline std::uint64_t uniform_below(const philox::stream& s, std::uint64_t& cursor,
+                                              std::uint64_t bound) noexcept {
   const std::uint64_t reject_below = (0 - bound) % bound;
   for (;;) {
     const std::uint64_t u = s.word(cursor) | std::uint64_t{s.word(cursor + 1)} << 32;
