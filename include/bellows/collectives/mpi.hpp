@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstddef>
 #include <span>
@@ -17,13 +18,27 @@
 
 namespace bellows::collectives {
 
+/// The order in which the MPI adapter's allreduce_sum adds the ranks' values.
+enum class mpi_sum_order : unsigned char {
+  /// MPI_Allreduce: the MPI library picks the algorithm and with it the order of the additions
+  /// (Open MPI gives every rank the same bits, which may differ in the last bits from a sum in
+  /// rank order when there are more than two ranks).
+  library,
+  /// rank 0 + rank 1 + ... + rank W-1 for every element, the order of collectives::local, so a
+  /// run gives the same bits under mpirun as on threads: each rank receives one slice of every
+  /// rank's vector (MPI_Alltoallv), sums it in rank order and the sums are gathered back
+  /// (MPI_Allgatherv). It moves as many bytes as a ring allreduce, but through MPI's generic
+  /// exchanges rather than its tuned reduction.
+  rank,
+};
+
 /// A Collective over MPI. It works on a duplicate of the given communicator, with MPI_ERRORS_RETURN
 /// set on the duplicate only, so a failed call raises bellows::collective_error carrying MPI's
 /// error string while the caller's communicator and its error handler stay as they were.
 /// Construction and destruction are collective over the communicator (MPI_Comm_dup/free).
 class mpi {
 public:
-  explicit mpi(MPI_Comm comm) {
+  explicit mpi(MPI_Comm comm, mpi_sum_order order = mpi_sum_order::library) : order_(order) {
     check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
     check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     int r = 0, s = 0;
@@ -34,6 +49,10 @@ public:
     counts_.resize(size_);
     displs_.resize(size_);
     sizes_.resize(size_);
+    slice_counts_.resize(size_);
+    slice_displs_.resize(size_);
+    receive_counts_.resize(size_);
+    receive_displs_.resize(size_);
   }
   mpi(const mpi&) = delete;
   mpi& operator=(const mpi&) = delete;
@@ -47,13 +66,42 @@ public:
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   /// The duplicated communicator this adapter talks on.
   [[nodiscard]] MPI_Comm comm() const noexcept { return comm_; }
+  [[nodiscard]] mpi_sum_order sum_order() const noexcept { return order_; }
 
-  /// MPI_Allreduce with MPI_SUM in place. Open MPI gives every rank the same bits; the order of
-  /// the sum is MPI's, so results may differ in the last bits from the local collective's.
+  /// The sum over ranks in place, in the order chosen at construction (see mpi_sum_order).
   void allreduce_sum(std::span<float> v) {
-    check(MPI_Allreduce(MPI_IN_PLACE, v.data(), count_of(v.size(), "allreduce_sum"), MPI_FLOAT,
-                        MPI_SUM, comm_),
-          "MPI_Allreduce");
+    const int n = count_of(v.size(), "allreduce_sum");
+    if (order_ == mpi_sum_order::library) {
+      check(MPI_Allreduce(MPI_IN_PLACE, v.data(), n, MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce");
+      return;
+    }
+    // Rank r owns elements [n r / W, n (r + 1) / W), the slices of collectives::local.
+    const std::size_t w = size_;
+    for (std::size_t r = 0; r < w; ++r) {
+      const std::size_t lo = v.size() * r / w, hi = v.size() * (r + 1) / w;
+      slice_displs_[r] = static_cast<int>(lo);
+      slice_counts_[r] = static_cast<int>(hi - lo);
+    }
+    const int mine = slice_counts_[rank_];
+    for (std::size_t r = 0; r < w; ++r) {
+      receive_counts_[r] = mine;
+      receive_displs_[r] = static_cast<int>(r) * mine;
+    }
+    received_.resize(w * static_cast<std::size_t>(mine));  // grows once, then is reused
+    check(MPI_Alltoallv(v.data(), slice_counts_.data(), slice_displs_.data(), MPI_FLOAT,
+                        received_.data(), receive_counts_.data(), receive_displs_.data(), MPI_FLOAT,
+                        comm_),
+          "MPI_Alltoallv");
+    float* sum = v.data() + slice_displs_[rank_];
+    const std::size_t m = static_cast<std::size_t>(mine);
+    std::copy(received_.begin(), received_.begin() + static_cast<std::ptrdiff_t>(m), sum);
+    for (std::size_t r = 1; r < w; ++r) {
+      const float* x = received_.data() + r * m;
+      for (std::size_t i = 0; i < m; ++i) sum[i] += x[i];
+    }
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, v.data(), slice_counts_.data(),
+                         slice_displs_.data(), MPI_FLOAT, comm_),
+          "MPI_Allgatherv");
   }
 
   /// Sizes by MPI_Allgather, then the bytes by MPI_Allgatherv into 8-byte aligned blocks.
@@ -94,8 +142,11 @@ private:
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  mpi_sum_order order_;
   std::size_t rank_ = 0, size_ = 1;
   std::vector<int> counts_, displs_;
+  std::vector<int> slice_counts_, slice_displs_, receive_counts_, receive_displs_;
+  std::vector<float> received_;
   std::vector<std::size_t> sizes_;
 };
 
