@@ -64,7 +64,9 @@ inline void philox_blocks(const philox::stream& s, std::uint32_t first, std::uin
     w[2][l] = s.layer;
     w[3][l] = s.rank;
   }
+#if !defined(__CUDACC__)  // nvcc's front end does not know the GCC pragma
   _Pragma("GCC unroll 10")
+#endif
   for (int round = 0; round < 10; ++round) {
     if (round > 0) {
       k0 += philox::detail::weyl0;
