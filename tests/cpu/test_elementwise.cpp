@@ -25,7 +25,8 @@ TEST_CASE("all_finite: finds one NaN or Inf anywhere, in any chunk, for any thre
     CHECK(bellows::cpu::all_finite(exec, x));
     CHECK(bellows::cpu::all_finite(exec, std::span<const float>()));
     for (float bad : bad_values) {
-      for (std::size_t at : {std::size_t{0}, bellows::cpu::elementwise_chunk, n - 1}) {
+      for (std::size_t at : {std::size_t{0}, std::size_t{5}, std::size_t{15}, std::size_t{16}, std::size_t{33},
+                              bellows::cpu::elementwise_chunk, bellows::cpu::elementwise_chunk + 9, n - 2, n - 1}) {
         const float keep = x[at];
         x[at] = bad;
         CHECK_FALSE(bellows::cpu::all_finite(exec, x));

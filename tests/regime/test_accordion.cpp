@@ -120,6 +120,44 @@ TEST_CASE("accordion signal: the mean over the steps, not the sum") {
   CHECK(d.state().norm_prev[0] == 4.0f);
 }
 
+TEST_CASE("accordion signal: float sums of a long epoch against a double reference; observe_finite sums alike") {
+  const std::size_t n = 1000;
+  const int steps = 500;
+  accordion a({.interval = 1}), b({.interval = 1});
+  a.add_layer({0, "w", bellows::shape{n}});
+  b.add_layer({0, "w", bellows::shape{n}});
+  std::vector<double> exact(n, 0.0), magnitude(n, 0.0);
+  for (int s = 0; s < steps; ++s) {
+    auto g = bellows::testing::normal_floats(n, 900 + static_cast<unsigned>(s));
+    g[0] += 0.05f;  // a drift, so that the mean is not only noise
+    CHECK(a.observe(0, g) == bellows::step_status::ok);
+    b.observe_finite(0, g);
+    for (std::size_t i = 0; i < n; ++i) {
+      exact[i] += g[i];
+      magnitude[i] += std::abs(g[i]);
+    }
+  }
+  CHECK(a.state() == b.state());
+  // Each of the `steps` additions rounds by at most 2^-24 of the running sum's magnitude.
+  const double u = std::ldexp(1.0, -24);
+  for (std::size_t i = 0; i < n; ++i)
+    CHECK(std::abs(double{a.state().sums[0][i]} - exact[i]) <= steps * u * magnitude[i]);
+  double squares = 0.0;
+  for (double v : exact) squares += v * v;
+  const double norm = std::sqrt(squares) / steps;
+  recording_collective coll;
+  (void)a.end_epoch(0, 0.1f, coll);
+  CHECK(std::abs(a.state().norm_prev[0] - norm) <= 1e-5 * norm);
+  // observe_finite checks the size as observe does, and accumulates nothing outside checks.
+  CHECK_THROWS_AS(b.observe_finite(0, std::vector<float>(n + 1)), bellows::error);
+  accordion c({.interval = 2});
+  c.add_layer({0, "w", bellows::shape{2}});
+  (void)c.end_epoch(0, 0.1f, coll);
+  c.observe_finite(0, std::vector<float>{1.0f, 2.0f});
+  CHECK(c.state().steps[0] == 0);
+  CHECK(c.state().sums[0] == std::vector<float>{0.0f, 0.0f});
+}
+
 TEST_CASE("accordion: a learning-rate decay puts every participating layer on critical until the next check") {
   accordion d({.eta = 0.5f, .interval = 10});
   d.add_layer({0, "a", bellows::shape{2}});

@@ -63,7 +63,7 @@ struct accordion_state {
   std::vector<regime> regimes;           ///< the decision in force
   std::vector<float> norm_prev;          ///< the mean-gradient norm found at the last check
   std::vector<std::uint64_t> steps;      ///< steps observed in the current check epoch
-  std::vector<std::vector<double>> sums; ///< the gradient summed over those steps
+  std::vector<std::vector<float>> sums;  ///< the gradient summed over those steps
 
   friend bool operator==(const accordion_state&, const accordion_state&) = default;
 };

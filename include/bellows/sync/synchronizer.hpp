@@ -102,7 +102,12 @@ public:
       if (observe && flags_[id] != 0.0f) {
         statuses_[id] = step_status::non_finite;
       } else {
-        if (observe && observing(id)) (void)detector_.observe(id, grads[id]);
+        if (observe && observing(id)) {
+          if constexpr (requires { detector_.observe_finite(id, grads[id]); })
+            detector_.observe_finite(id, grads[id]);  // agreed finite above: no second scan
+          else
+            (void)detector_.observe(id, grads[id]);
+        }
         if (measure_norms_) t.grad_norm = norm(grads[id]);
         C& c = t.level == regime::critical ? low_ : high_;
         const reduce_result r = c.reduce(states_[id], grads[id], coll);
@@ -224,7 +229,7 @@ public:
 
 private:
   static constexpr std::uint32_t file_magic = 0x43574C42u;  // "BLWC"
-  static constexpr std::uint32_t file_version = 1;
+  static constexpr std::uint32_t file_version = 2;  // 2: Accordion's sums in float
 
   [[nodiscard]] bool observing(std::size_t id) const {
     if constexpr (requires { detector_.observing(id); })
