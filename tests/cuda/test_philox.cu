@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include "device_test.cuh"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -25,11 +27,7 @@ __global__ void draw(bellows::philox::stream s, std::uint32_t* words, float* uni
   }
 }
 
-bool have_device() {
-  if (bellows::cuda::device_count() > 0) return true;
-  std::printf("[cuda] no CUDA device: device test skipped\n");
-  return false;
-}
+using bellows::test::have_device;
 
 }  // namespace
 

@@ -1,0 +1,287 @@
+// SPDX-License-Identifier: Apache-2.0
+// Exact top-k by magnitude on the device: the set cpu::select_top keeps in exact mode (the k
+// largest |v| of v = g or g + e, ties at the threshold to the lower indices), in ascending index
+// order, found by radix selection of the threshold instead of the CPU's sample.
+//
+// The device steps, all enqueued on the executor's stream with no synchronisation (the
+// threshold never leaves the device):
+//  1. Three histogram passes over the magnitude keys (cpu::magnitude_key; bits 30-20, 19-9 and
+//     8-0), each restricted to the bin the one before chose; after each, one block finds the
+//     bin that holds the k-th largest key. The last gives the key T, how many elements above T
+//     are kept, and how many of the elements equal to T (`ties`) are.
+//  2. When fewer ties are kept than there are, a count per tile of the elements equal to T, and
+//     one block that finds the index of the last tie kept (`last`); otherwise last = n - 1.
+//  3. cub::DeviceSelect::If over the indices keeps i when key > T, or key == T and i <= last:
+//     exactly k of them, ascending. The predicate writes the error-feedback residual as it goes
+//     (staged = v, zero where kept), so no pass is spent on it; then the values are gathered.
+// Non-finite elements are found in the first pass. Approximate mode (a sample, as on the CPU)
+// is not implemented on the device; layers must have fewer than 2^31 elements.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_select.cuh>
+#include <thrust/iterator/counting_iterator.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "bellows/core/error.hpp"
+#include "bellows/cpu/select.hpp"
+#include "bellows/cpu/sparse.hpp"
+#include "bellows/cuda/check.cuh"
+#include "bellows/cuda/executor.cuh"
+
+namespace bellows::cuda {
+
+namespace detail {
+
+inline constexpr unsigned select_threads = 256;
+inline constexpr unsigned select_bins = 2048;
+inline constexpr unsigned pick_threads = 1024;
+inline constexpr std::size_t tie_tile = 4096;
+
+/// The radix passes: the key bits each one sorts by.
+struct radix_pass {
+  unsigned shift, bits;
+};
+__host__ __device__ constexpr radix_pass radix_pass_of(unsigned pass) noexcept {
+  return pass == 0 ? radix_pass{20, 11} : pass == 1 ? radix_pass{9, 11} : radix_pass{0, 9};
+}
+
+/// What the passes have found so far, in device memory.
+struct select_state {
+  std::uint32_t prefix;     ///< the chosen bins' bits so far; after the last pass, T
+  std::uint32_t remaining;  ///< elements still to keep at or below the current bin
+  std::uint32_t ties;       ///< after the last pass: elements with key == T
+  std::uint32_t last;       ///< the index of the last tie kept
+};
+
+/// The state before the first pass: k to keep, no prefix, every tie kept; a clear histogram.
+template <class Word>
+__global__ void radix_start_kernel(select_state* state, Word* hist, std::uint32_t k, std::uint32_t last) {
+  if (threadIdx.x == 0) *state = {0, k, 0, last};
+  for (unsigned b = threadIdx.x; b < select_bins; b += blockDim.x) hist[b] = 0;
+}
+
+/// v[i] = g[i] or g[i] + e[i].
+__device__ inline float compensated(const float* g, const float* e, std::size_t i) {
+  return e != nullptr ? __fadd_rn(g[i], e[i]) : g[i];
+}
+__device__ inline std::uint32_t key_of(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
+
+/// Pass `pass` of step 1: the histogram of the elements whose key matches the prefix.
+template <class Float>
+__global__ void radix_histogram_kernel(const Float* g, const Float* e, std::size_t n, unsigned pass,
+                                       const select_state* state, std::uint32_t* hist, unsigned* non_finite) {
+  __shared__ std::uint32_t local[select_bins];
+  for (unsigned b = threadIdx.x; b < select_bins; b += blockDim.x) local[b] = 0;
+  __syncthreads();
+  const radix_pass p = radix_pass_of(pass);
+  const unsigned match_shift = p.shift + p.bits;
+  const std::uint32_t prefix = pass == 0 ? 0u : state->prefix;
+  const std::uint32_t mask = (1u << p.bits) - 1;
+  bool bad = false;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const std::uint32_t key = key_of(compensated(g, e, i));
+    bad |= key >= cpu::non_finite_key;
+    if (pass == 0 || key >> match_shift == prefix) atomicAdd(&local[(key >> p.shift) & mask], 1u);
+  }
+  __syncthreads();
+  for (unsigned b = threadIdx.x; b < select_bins; b += blockDim.x)
+    if (local[b] != 0) atomicAdd(&hist[b], local[b]);
+  if (pass == 0 && __syncthreads_or(bad) && threadIdx.x == 0) *non_finite = 1u;
+}
+
+/// After pass `pass`: the bin that holds the remaining-th largest key, in one block of
+/// pick_threads (two bins a thread, from the top); clears the histogram for the next pass.
+template <class Word>
+__global__ void radix_pick_kernel(Word* hist, unsigned pass, select_state* state) {
+  using scan = cub::BlockScan<std::uint32_t, pick_threads>;
+  __shared__ typename scan::TempStorage temp;
+  const radix_pass p = radix_pass_of(pass);
+  const unsigned bins = 1u << p.bits;
+  const unsigned hi = bins - 1 - 2 * threadIdx.x;  // this thread's bins: hi, then hi - 1
+  const bool mine = 2 * threadIdx.x < bins;
+  const std::uint32_t c_hi = mine ? hist[hi] : 0u, c_lo = mine ? hist[hi - 1] : 0u;
+  std::uint32_t through = 0;  // elements in this thread's bins and all above them
+  scan(temp).InclusiveSum(c_hi + c_lo, through);
+  const std::uint32_t above = through - c_hi - c_lo, r = state->remaining;
+  __syncthreads();
+  if (mine && above < r && r <= through) {
+    const bool top = above + c_hi >= r;
+    const unsigned bin = top ? hi : hi - 1;
+    state->prefix = pass == 0 ? bin : state->prefix << p.bits | bin;
+    state->remaining = r - (top ? above : above + c_hi);
+    state->ties = top ? c_hi : c_lo;
+  }
+  for (unsigned b = threadIdx.x; b < select_bins; b += blockDim.x) hist[b] = 0;
+}
+
+/// Step 2: per tile of tie_tile elements, the count equal to T (nothing when every tie is kept).
+template <class Float>
+__global__ void tie_count_kernel(const Float* g, const Float* e, std::size_t n, const select_state* state,
+                                 std::uint32_t* tile_ties) {
+  if (state->remaining == state->ties) return;
+  const std::uint32_t key = state->prefix;
+  const std::size_t lo = blockIdx.x * tie_tile, hi = min(n, lo + tie_tile);
+  unsigned count = 0;
+  for (std::size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) count += key_of(compensated(g, e, i)) == key;
+  using reduce = cub::BlockReduce<unsigned, select_threads>;
+  __shared__ typename reduce::TempStorage temp;
+  const unsigned total = reduce(temp).Sum(count);
+  if (threadIdx.x == 0) tile_ties[blockIdx.x] = total;
+}
+
+/// Step 2 in one block: the index of the remaining-th element equal to T, in index order.
+template <class Float>
+__global__ void tie_locate_kernel(const Float* g, const Float* e, std::size_t n, const std::uint32_t* tile_ties,
+                                  select_state* state) {
+  using scan = cub::BlockScan<std::uint32_t, pick_threads>;
+  __shared__ typename scan::TempStorage temp;
+  __shared__ std::size_t found_tile;
+  __shared__ std::uint32_t before;  // ties before the found tile
+  if (state->remaining == state->ties) {
+    if (threadIdx.x == 0) state->last = static_cast<std::uint32_t>(n - 1);
+    return;
+  }
+  const std::uint32_t r = state->remaining, key = state->prefix;
+  const std::size_t tiles = (n + tie_tile - 1) / tie_tile;
+  std::uint32_t carry = 0;
+  if (threadIdx.x == 0) found_tile = tiles;
+  __syncthreads();
+  for (std::size_t t0 = 0; t0 < tiles; t0 += pick_threads) {  // the tile where the count reaches r
+    const std::size_t t = t0 + threadIdx.x;
+    const std::uint32_t c = t < tiles ? tile_ties[t] : 0u;
+    std::uint32_t through = 0, total = 0;
+    scan(temp).InclusiveSum(c, through, total);
+    if (c != 0 && carry + through - c < r && r <= carry + through) {
+      found_tile = t;
+      before = carry + through - c;
+    }
+    __syncthreads();
+    if (found_tile != tiles) break;
+    carry += total;
+  }
+  const std::size_t lo = found_tile * tie_tile, hi = min(n, lo + tie_tile);
+  carry = before;
+  for (std::size_t i0 = lo; i0 < hi; i0 += pick_threads) {  // the element within it
+    const std::size_t i = i0 + threadIdx.x;
+    const std::uint32_t c = i < hi && key_of(compensated(g, e, i)) == key ? 1u : 0u;
+    std::uint32_t through = 0, total = 0;
+    scan(temp).InclusiveSum(c, through, total);
+    if (c != 0 && carry + through == r) state->last = static_cast<std::uint32_t>(i);
+    __syncthreads();
+    carry += total;
+    if (carry >= r) break;
+  }
+}
+
+/// Step 3's predicate; writes the residual of element i as it decides.
+struct keep_op {
+  const float* g;
+  const float* e;
+  float* staged;
+  const select_state* state;
+  __device__ bool operator()(std::uint32_t i) const {
+    const float v = compensated(g, e, i);
+    const std::uint32_t key = key_of(v), t = state->prefix;
+    const bool keep = key > t || (key == t && i <= state->last);
+    if (staged != nullptr) staged[i] = keep ? 0.0f : v;
+    return keep;
+  }
+};
+
+template <class Float>
+__global__ void gather_values_kernel(const Float* g, const Float* e, const std::uint32_t* index, std::size_t k,
+                                     float* value) {
+  const std::size_t j = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x;
+  if (j < k) value[j] = compensated(g, e, index[j]);
+}
+
+}  // namespace detail
+
+/// The device memory of one selection, carved from the executor's workspace.
+struct select_workspace {
+  detail::select_state* state = nullptr;
+  std::uint32_t* hist = nullptr;
+  std::uint32_t* tile_ties = nullptr;
+  std::uint32_t* selected = nullptr;  ///< the count DeviceSelect reports (k)
+  unsigned* non_finite = nullptr;     ///< set to 1 by select_top when v holds NaN or +-Inf
+  void* cub = nullptr;
+  std::size_t cub_bytes = 0;
+  std::size_t used = 0;
+
+  select_workspace() = default;
+  /// Carves the pieces for `plan` (exact mode) from `a` (from executor::workspace()).
+  select_workspace(const cpu::select_plan& plan, arena a) {
+    BELLOWS_EXPECTS(plan.n < std::size_t{1} << 31 && plan.max_count == plan.k, "cuda::select_workspace: ",
+                    plan.n, " elements, ", plan.k, " to ", plan.max_count,
+                    " kept; the device selects exactly k of fewer than 2^31");
+    state = a.take<detail::select_state>(1);
+    hist = a.take<std::uint32_t>(detail::select_bins);
+    tile_ties = a.take<std::uint32_t>((plan.n + detail::tie_tile - 1) / detail::tie_tile + 1);
+    selected = a.take<std::uint32_t>(1);
+    non_finite = a.take<unsigned>(1);
+    BELLOWS_CUDA_CHECK(cub::DeviceSelect::If(nullptr, cub_bytes, thrust::counting_iterator<std::uint32_t>(0),
+                                             static_cast<std::uint32_t*>(nullptr), selected,
+                                             static_cast<int>(plan.n), detail::keep_op{}));
+    cub = a.take<std::byte>(cub_bytes);
+    used = a.used();
+  }
+
+  /// Device bytes a selection of `plan` needs (reserve them in the executor at registration).
+  [[nodiscard]] static std::size_t bytes(const cpu::select_plan& plan) { return select_workspace(plan, arena()).used; }
+};
+
+/// cpu::select_top in exact mode on the device: out (k = plan.k entries, device memory)
+/// receives the indices of the k largest |v|, ascending, and their values of v = g, or g + e
+/// when `e` is not empty; with `e`, `staged` receives v with zeros at the kept indices. Instead
+/// of returning false, sets *ws.non_finite to 1 when an element of v is NaN or +-Inf (the
+/// output is then unspecified).
+inline void select_top(executor& exec, const cpu::select_plan& plan, std::span<const float> g,
+                       std::span<const float> e, std::span<float> staged, select_workspace& ws,
+                       cpu::sparse_arrays<std::uint32_t> out) {
+  const std::size_t n = g.size();
+  const bool compensate = !e.empty();
+  BELLOWS_EXPECTS(n == plan.n && out.index.size() == plan.k && out.value.size() == plan.k &&
+                      (!compensate || (e.size() == n && staged.size() == n)),
+                  "cuda::select_top: a plan of ", plan.k, " of ", plan.n, " for buffers of ", n, ", ", e.size(),
+                  ", ", staged.size(), " and ", out.index.size(), " entries");
+  cudaStream_t st = exec.stream();
+  BELLOWS_CUDA_CHECK(cudaMemsetAsync(ws.non_finite, 0, sizeof(unsigned), st));
+  if (n == 0) return;
+  const float* gp = g.data();
+  const float* ep = compensate ? e.data() : nullptr;
+  detail::radix_start_kernel<<<1, detail::select_threads, 0, st>>>(ws.state, ws.hist, static_cast<std::uint32_t>(plan.k),
+                                                                   static_cast<std::uint32_t>(n - 1));
+  BELLOWS_CUDA_CHECK(cudaGetLastError());
+  const unsigned blocks = std::min(blocks_for(n, detail::select_threads), 2048u);
+  for (unsigned pass = 0; pass < 3; ++pass) {
+    detail::radix_histogram_kernel<<<blocks, detail::select_threads, 0, st>>>(gp, ep, n, pass, ws.state, ws.hist,
+                                                                              ws.non_finite);
+    BELLOWS_CUDA_CHECK(cudaGetLastError());
+    detail::radix_pick_kernel<<<1, detail::pick_threads, 0, st>>>(ws.hist, pass, ws.state);
+    BELLOWS_CUDA_CHECK(cudaGetLastError());
+  }
+  const auto tiles = static_cast<unsigned>((n + detail::tie_tile - 1) / detail::tie_tile);
+  detail::tie_count_kernel<<<tiles, detail::select_threads, 0, st>>>(gp, ep, n, ws.state, ws.tile_ties);
+  BELLOWS_CUDA_CHECK(cudaGetLastError());
+  detail::tie_locate_kernel<<<1, detail::pick_threads, 0, st>>>(gp, ep, n, ws.tile_ties, ws.state);
+  BELLOWS_CUDA_CHECK(cudaGetLastError());
+  std::size_t cub_bytes = ws.cub_bytes;
+  BELLOWS_CUDA_CHECK(cub::DeviceSelect::If(ws.cub, cub_bytes, thrust::counting_iterator<std::uint32_t>(0),
+                                           out.index.data(), ws.selected, static_cast<int>(n),
+                                           detail::keep_op{gp, ep, compensate ? staged.data() : nullptr, ws.state},
+                                           st));
+  detail::gather_values_kernel<<<blocks_for(plan.k, detail::select_threads), detail::select_threads, 0, st>>>(
+      gp, ep, out.index.data(), plan.k, out.value.data());
+  BELLOWS_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace bellows::cuda

@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the CUDA tests share: the skip when there is no device, and device arrays filled from
+// and read back into host vectors (synchronous copies: tests may wait, the library may not).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <span>
+#include <vector>
+
+#include "bellows/cuda/check.cuh"
+
+namespace bellows::test {
+
+/// True when a CUDA device is present; otherwise prints that the test skipped.
+inline bool have_device() {
+  if (bellows::cuda::device_count() > 0) return true;
+  std::printf("[cuda] no CUDA device: device test skipped\n");
+  return false;
+}
+
+/// A device array of T that owns its memory.
+template <class T>
+class device_array {
+public:
+  explicit device_array(std::size_t n) : n_(n) {
+    if (n_ != 0) BELLOWS_CUDA_CHECK(cudaMalloc(&p_, n_ * sizeof(T)));
+  }
+  explicit device_array(const std::vector<T>& host) : device_array(host.size()) {
+    if (n_ != 0) BELLOWS_CUDA_CHECK(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  device_array(const device_array&) = delete;
+  device_array& operator=(const device_array&) = delete;
+  ~device_array() { (void)cudaFree(p_); }
+
+  [[nodiscard]] std::span<T> span() const noexcept { return {p_, n_}; }
+  [[nodiscard]] T* data() const noexcept { return p_; }
+  /// Waits for the device, then copies the array back.
+  [[nodiscard]] std::vector<T> host() const {
+    std::vector<T> out(n_);
+    BELLOWS_CUDA_CHECK(cudaDeviceSynchronize());
+    if (n_ != 0) BELLOWS_CUDA_CHECK(cudaMemcpy(out.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return out;
+  }
+
+private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+}  // namespace bellows::test
