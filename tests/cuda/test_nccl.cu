@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+// The NCCL collective on one rank per visible device (threads of this process): sums and
+// variable-size gathers from host and device memory against what each rank sent.
+#include <bellows/collectives/nccl.cuh>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "device_test.cuh"
+
+namespace {
+
+/// Runs body(rank, collective) on one thread per device, each with its own stream; collects
+/// the first exception.
+template <class Body>
+void on_every_device(Body body) {
+  const int w = bellows::cuda::device_count();
+  std::vector<ncclComm_t> comms(static_cast<std::size_t>(w));
+  std::vector<int> devices(static_cast<std::size_t>(w));
+  for (int d = 0; d < w; ++d) devices[static_cast<std::size_t>(d)] = d;
+  BELLOWS_NCCL_CHECK(ncclCommInitAll(comms.data(), w, devices.data()));
+  std::mutex m;
+  std::exception_ptr failure;
+  std::vector<std::thread> ranks;
+  for (int d = 0; d < w; ++d)
+    ranks.emplace_back([&, d] {
+      try {
+        BELLOWS_CUDA_CHECK(cudaSetDevice(d));
+        cudaStream_t stream = nullptr;
+        BELLOWS_CUDA_CHECK(cudaStreamCreate(&stream));
+        {
+          bellows::collectives::nccl coll(comms[static_cast<std::size_t>(d)], stream);
+          body(static_cast<std::size_t>(d), coll);
+        }
+        BELLOWS_CUDA_CHECK(cudaStreamDestroy(stream));
+      } catch (...) {
+        std::lock_guard lock(m);
+        if (!failure) failure = std::current_exception();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (ncclComm_t c : comms) ncclCommDestroy(c);
+  if (failure) std::rethrow_exception(failure);
+}
+
+struct rank_result {
+  bool reduced_device = false, reduced_host = false, gathered = false, slots = false;
+};
+
+}  // namespace
+
+TEST_CASE("nccl collective: allreduce_sum and allgather, from host and device memory") {
+  if (!bellows::test::have_device()) return;
+  const std::size_t w = static_cast<std::size_t>(bellows::cuda::device_count());
+  std::vector<rank_result> results(w);
+  on_every_device([&](std::size_t r, bellows::collectives::nccl& coll) {
+    CHECK(coll.rank() == r);
+    CHECK(coll.size() == w);
+    rank_result& out = results[r];
+    const std::size_t n = 1000 + 3;
+    std::vector<float> mine(n), want(n, 0.0f);
+    for (std::size_t i = 0; i < n; ++i) {
+      mine[i] = static_cast<float>(r + 1) * static_cast<float>(i % 7);
+      for (std::size_t q = 0; q < w; ++q) want[i] += static_cast<float>(q + 1) * static_cast<float>(i % 7);
+    }
+    bellows::test::device_array<float> d(mine);
+    coll.allreduce_sum(d.span());
+    out.reduced_device = d.host() == want;
+    std::vector<float> h = mine;
+    coll.allreduce_sum(h);
+    out.reduced_host = h == want;
+
+    // Rank q sends q + 1 bytes of value q + 5; from device memory on odd ranks.
+    const std::vector<std::byte> block(r + 1, static_cast<std::byte>(r + 5));
+    bellows::test::device_array<std::byte> d_block(block);
+    bellows::gather_buffer got;
+    coll.allgather(r % 2 == 1 ? std::span<const std::byte>(d_block.span()) : std::span<const std::byte>(block), got);
+    bool same = got.blocks() == w;
+    for (std::size_t q = 0; same && q < w; ++q)
+      same = got.block(q).size() == q + 1 &&
+             std::ranges::all_of(got.block(q), [&](std::byte b) { return b == static_cast<std::byte>(q + 5); });
+    out.gathered = same;
+
+    const std::size_t slot = w + 8;
+    bellows::test::device_array<std::byte> slots(w * slot);
+    coll.allgather_slots(d_block.span(), slots.span(), slot);
+    const std::vector<std::byte> all = slots.host();
+    same = true;
+    for (std::size_t q = 0; q < w; ++q)
+      for (std::size_t i = 0; i <= q; ++i) same = same && all[q * slot + i] == static_cast<std::byte>(q + 5);
+    out.slots = same;
+  });
+  for (const rank_result& r : results) {
+    CHECK(r.reduced_device);
+    CHECK(r.reduced_host);
+    CHECK(r.gathered);
+    CHECK(r.slots);
+  }
+}
