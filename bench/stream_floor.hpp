@@ -23,6 +23,12 @@ inline void stream_read(std::span<const float> data) {
   (void)sink;
 }
 
+/// The median of `v` (reordered).
+[[nodiscard]] inline double median(std::vector<double>& v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
 /// Median seconds of `repeats` streaming reads of `data` on one thread (after one warm-up read).
 inline double stream_read_seconds(std::span<const float> data, int repeats = 7) {
   std::vector<double> t(static_cast<std::size_t>(repeats));
@@ -32,8 +38,7 @@ inline double stream_read_seconds(std::span<const float> data, int repeats = 7) 
     stream_read(data);
     s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  std::nth_element(t.begin(), t.begin() + repeats / 2, t.end());
-  return t[static_cast<std::size_t>(repeats / 2)];
+  return median(t);
 }
 
 /// Wall time since construction; start one right before the benchmark loop.

@@ -16,18 +16,15 @@ void identity_reduce(benchmark::State& state) {
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   for (float& g : grad) g = normal(rng);
-  const double floor_s = bellows::bench::stream_read_seconds(grad);
 
   bellows::cpu::executor one_thread(1);
   bellows::identity<> averaging(one_thread);
   auto st = averaging.make_state({0, "bench", bellows::shape::vector(n)});
   bellows::archetypes::collective solo;
-  const bellows::bench::stopwatch watch;
-  for (auto _ : state) {
+  bellows::bench::run_against_floor(state, grad, [&] {
     auto r = averaging.reduce(st, grad, solo);
     benchmark::DoNotOptimize(r);
-  }
-  bellows::bench::report_x_floor(state, floor_s, watch.seconds());
+  });
 }
 BENCHMARK(identity_reduce)->Arg(1 << 20)->Arg(1 << 24)->UseRealTime()->Unit(benchmark::kMillisecond);
 

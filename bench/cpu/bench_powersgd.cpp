@@ -21,22 +21,16 @@ void powersgd_step(benchmark::State& state) {
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   for (float& g : grad) g = normal(rng);
-  const double floor_s = bellows::bench::stream_read_seconds(grad);
 
   bellows::cpu::executor one_thread(1);
   bellows::powersgd<> psgd({.rank = rank}, one_thread);
   auto st = psgd.make_state({0, "bench", bellows::shape{n, m}});
   bellows::archetypes::collective solo;
   (void)psgd.reduce(st, grad, solo);  // first step: the memory's pages are touched
-  const bellows::bench::stopwatch watch;
-  for (auto _ : state) {
+  bellows::bench::run_against_floor(state, grad, [&] {
     auto r = psgd.reduce(st, grad, solo);
     benchmark::DoNotOptimize(r);
-  }
-  const double loop_s = watch.seconds();
-  // The floor again after the loop, and the smaller of the two: on a shared machine a streaming
-  // read suffers most from the other tenants, and a floor measured in a busy moment would flatter.
-  bellows::bench::report_x_floor(state, std::min(floor_s, bellows::bench::stream_read_seconds(grad)), loop_s);
+  });
 }
 BENCHMARK(powersgd_step)
     ->ArgNames({"n", "m", "rank"})

@@ -15,7 +15,6 @@ namespace {
 
 struct fixture {
   std::vector<float> grad;
-  double floor_s;
   bellows::cpu::executor one_thread{1};
   bellows::qsgd<> codec;
   bellows::qsgd<>::state st;
@@ -27,41 +26,28 @@ struct fixture {
     std::mt19937 rng(1);
     std::normal_distribution<float> normal;
     for (float& g : grad) g = normal(rng);
-    floor_s = bellows::bench::stream_read_seconds(grad);
     st = codec.make_state({0, "bench", bellows::shape::vector(grad.size())});
     storage.resize((codec.max_payload_bytes(st) + 7) / 8);
   }
   std::span<std::byte> bytes() { return std::as_writable_bytes(std::span(storage)); }
-
-  /// Reports x_floor against the smaller of the floor measured before the loop and one measured
-  /// now: on a shared machine a streaming read suffers most from the other tenants, and a floor
-  /// measured in a busy moment would flatter.
-  void report(benchmark::State& state, double loop_seconds) const {
-    bellows::bench::report_x_floor(state, std::min(floor_s, bellows::bench::stream_read_seconds(grad)),
-                                   loop_seconds);
-  }
 };
 
 void qsgd_encode(benchmark::State& state) {
   fixture f(state);
-  const bellows::bench::stopwatch watch;
-  for (auto _ : state) {
+  bellows::bench::run_against_floor(state, f.grad, [&] {
     auto payload = f.codec.encode(f.st, f.grad, f.bytes(), 0);
     benchmark::DoNotOptimize(payload);
-  }
-  f.report(state, watch.seconds());
+  });
 }
 
 void qsgd_decode_add(benchmark::State& state) {
   fixture f(state);
   const auto payload = f.codec.encode(f.st, f.grad, f.bytes(), 0);
   std::vector<float> acc(f.grad.size(), 0.0f);
-  const bellows::bench::stopwatch watch;
-  for (auto _ : state) {
+  bellows::bench::run_against_floor(state, f.grad, [&] {
     auto status = f.codec.decode_add(f.st, payload, acc);
     benchmark::DoNotOptimize(status);
-  }
-  f.report(state, watch.seconds());
+  });
 }
 
 void qsgd_unpack(benchmark::State& state) {
@@ -73,12 +59,10 @@ void qsgd_unpack(benchmark::State& state) {
   (void)bellows::cpu::quantize_pack(f.one_thread, f.grad, layout, bellows::cpu::bucket_norm::l2,
                                     bellows::philox::stream{}, scales, codes);
   std::vector<float> out(f.grad.size(), 0.0f);
-  const bellows::bench::stopwatch watch;
-  for (auto _ : state) {
+  bellows::bench::run_against_floor(state, f.grad, [&] {
     bellows::cpu::unpack_dequantize(f.one_thread, scales, codes, layout, out, false);
     benchmark::DoNotOptimize(out.data());
-  }
-  f.report(state, watch.seconds());
+  });
 }
 
 #define BELLOWS_QSGD_ARGS ArgNames({"n", "bits"})->ArgsProduct({{1 << 24}, {2, 4, 8}})->UseRealTime()->Unit(benchmark::kMillisecond)

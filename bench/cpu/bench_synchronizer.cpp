@@ -38,11 +38,6 @@ const std::array<bellows::shape, 6> mlp_shapes{bellows::shape{256, 784}, bellows
                                                bellows::shape{128, 256}, bellows::shape{128},
                                                bellows::shape{10, 128},  bellows::shape{10}};
 
-[[nodiscard]] double median(std::vector<double>& v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
 [[nodiscard]] double since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }
@@ -116,12 +111,12 @@ void compare(benchmark::State& state, const C& compressor, bool check_epoch) {
     for (std::size_t id = 0; id < states.size(); ++id) (void)direct.reduce(states[id], mine[id], coll);
     direct_s.push_back(since(direct_start));
   }
-  const double s = median(sync_s), in = median(inside_s);
+  const double s = bellows::bench::median(sync_s), in = bellows::bench::median(inside_s);
   const double floor_s = bellows::bench::stream_read_seconds(std::span<const float>(data.data(), offset));
   state.counters["compressors_us"] = in * 1e6;
   state.counters["synchronizer_us"] = s * 1e6;
   state.counters["overhead_pct"] = (s / in - 1) * 100;
-  state.counters["direct_us"] = median(direct_s) * 1e6;
+  state.counters["direct_us"] = bellows::bench::median(direct_s) * 1e6;
   state.counters["x_floor"] = s / floor_s;
   state.counters["floor_ms"] = floor_s * 1e3;
 }

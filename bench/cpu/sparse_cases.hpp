@@ -60,13 +60,10 @@ inline cpu::executor& one_thread() {
   return exec;
 }
 
-/// Times `step()` once per iteration, and reports x_floor against one read of the case's data.
+/// Times `step()` once per iteration against reads of the case's data (run_against_floor).
 template <class Step>
 void time_loop(benchmark::State& state, const sparse_case& c, Step&& step) {
-  const double floor_s = stream_read_seconds(c.grad());
-  const stopwatch watch;
-  for (auto _ : state) step();
-  report_x_floor(state, floor_s, watch.seconds());
+  run_against_floor(state, c.grad(), step);
 }
 
 /// The PayloadCodec encode of the case's data (no memory); `advance` steps the state on.
@@ -98,21 +95,12 @@ void feedback_step(benchmark::State& state, const sparse_case& c, C compressor) 
 template <class C>
 void reduce_step(benchmark::State& state, const sparse_case& c, C compressor) {
   const std::vector<float>& g = c.grad();
-  const double floor_s = stream_read_seconds(g);
   auto st = compressor.make_state(c.layer());
   std::vector<float> x = g;
   archetypes::collective solo;
-  double seconds = 0;
-  for (auto _ : state) {
-    state.PauseTiming();
-    std::copy(g.begin(), g.end(), x.begin());
-    state.ResumeTiming();
-    const stopwatch watch;
-    auto r = compressor.reduce(st, x, solo);
-    seconds += watch.seconds();
-    benchmark::DoNotOptimize(r);
-  }
-  report_x_floor(state, floor_s, seconds);
+  run_against_floor(
+      state, g, [&] { benchmark::DoNotOptimize(compressor.reduce(st, x, solo)); },
+      [&] { std::copy(g.begin(), g.end(), x.begin()); });
 }
 
 /// "2^24" for 16777216.
