@@ -35,7 +35,10 @@ constexpr const char* usage =
     "  --train-images N   train on the first N images (0: all 60000)\n"
     "  --test-images N    test on the first N images (0: all 10000)\n"
     "  --data DIR         folder of the four IDX files (default $BELLOWS_FMNIST_DIR, else the\n"
-    "                     dataset-fashion-mnist package's /usr/share/datasets/fashion-mnist)\n";
+    "                     dataset-fashion-mnist package's /usr/share/datasets/fashion-mnist)\n"
+    "  --checkpoint FILE  save the training state to FILE after every epoch (one run, one seed)\n"
+    "  --resume FILE      continue the training saved in FILE (same options as when it was saved);\n"
+    "                     the results then hold the epochs trained after the resume, and no plots\n";
 
 /// The argument after option argv[i] (i moves onto it).
 std::string value_of(int& i, int argc, char** argv) {
@@ -100,6 +103,7 @@ int main(int argc, char** argv) {
   try {
     std::filesystem::path out = "demo-results";
     std::string dir;
+    std::filesystem::path checkpoint, resume;
     bool quick = false;
     // Options given on the command line, applied over the full or the quick configuration.
     std::vector<std::pair<std::string_view, std::string>> given;
@@ -115,6 +119,10 @@ int main(int argc, char** argv) {
         out = value_of(i, argc, argv);
       } else if (arg == "--data") {
         dir = value_of(i, argc, argv);
+      } else if (arg == "--checkpoint") {
+        checkpoint = value_of(i, argc, argv);
+      } else if (arg == "--resume") {
+        resume = value_of(i, argc, argv);
       } else if (arg == "--epochs" || arg == "--seeds" || arg == "--runs" || arg == "--interval" ||
                  arg == "--eta" || arg == "--lr" || arg == "--train-images" || arg == "--test-images") {
         given.emplace_back(arg, value_of(i, argc, argv));
@@ -149,6 +157,8 @@ int main(int argc, char** argv) {
     }
 
     if (!given.empty()) config.rationale += ".";
+    config.train.checkpoint = checkpoint;
+    config.train.resume = resume;
     const std::filesystem::path folder = fmnist::data_dir(dir);
     const fmnist::dataset data = fmnist::load(folder);
     std::printf("Fashion-MNIST from %s: %s\n", folder.c_str(), fmnist::describe(config, data).c_str());
@@ -163,13 +173,21 @@ int main(int argc, char** argv) {
                       letters(e.levels).c_str(), e.report.seconds);
           std::fflush(stdout);
         });
+    if (results.front().epochs.empty()) {
+      std::printf("%s holds all %zu epochs: nothing left to train\n", resume.c_str(), config.train.epochs);
+      return 0;
+    }
     std::filesystem::create_directories(out);
     fmnist::write_results_json(out / "results.json", config, data, results);
     const fmnist::summary sum = fmnist::summarise(config, results);
     fmnist::write_results_md(out / "results.md", config, data, sum);
-    fmnist::write_plots(out, config, results);
-    std::printf("\n%swrote %s/{results.json,results.md,accuracy.svg,floats.svg,levels.svg}\n",
-                fmnist::verdict_lines(sum).c_str(), out.c_str());
+    if (resume.empty()) {
+      fmnist::write_plots(out, config, results);
+      std::printf("\n%swrote %s/{results.json,results.md,accuracy.svg,floats.svg,levels.svg}\n",
+                  fmnist::verdict_lines(sum).c_str(), out.c_str());
+    } else {
+      std::printf("\n%swrote %s/{results.json,results.md}\n", fmnist::verdict_lines(sum).c_str(), out.c_str());
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fmnist_demo: %s\n", e.what());

@@ -254,6 +254,9 @@ public:
     }
   }
 
+  /// The momentum buffer, for checkpoints.
+  [[nodiscard]] std::span<T> velocity() noexcept { return velocity_; }
+
 private:
   std::vector<T> velocity_;
   T momentum_, weight_decay_;

@@ -138,6 +138,9 @@ struct comparison_config {
                     "fmnist comparison: top-k ratios must be in (0, 1], got low ", topk_low_ratio,
                     " and high ", topk_high_ratio);
     accordion.validate();
+    BELLOWS_EXPECTS((train.checkpoint.empty() && train.resume.empty()) || (runs.size() == 1 && seeds.size() == 1),
+                    "fmnist comparison: a checkpoint holds one training; choose one run and one seed "
+                    "(got ", runs.size(), " runs and ", seeds.size(), " seeds)");
   }
 };
 
@@ -197,11 +200,32 @@ struct run_result {
   run_spec spec;
   std::uint64_t seed = 0;
   std::vector<bellows::layer_info> layers;  ///< the model's tensors: id, name, shape
-  std::vector<epoch_record> epochs;
+  std::vector<epoch_record> epochs;  ///< the epochs trained (after the resumed ones, on a resume)
   double seconds = 0;  ///< wall time of the whole run
+  std::vector<float> weights;  ///< the final parameters
 };
 
-/// Called on rank 0 after each epoch of each run, with the run so far (its last epoch new).
+/// Trains on train_options::workers threads of this process (fmnist::train).
+struct on_threads {
+  template <class MakeAveraging, class OnEpoch>
+  train_result operator()(const dataset& data, const train_options& options, MakeAveraging make,
+                          OnEpoch on_epoch) const {
+    return train(data, options, std::move(make), std::move(on_epoch));
+  }
+};
+
+/// Trains as one rank of `comm` (fmnist::train_rank); every rank runs the same comparison.
+template <bellows::Collective Coll>
+struct on_rank {
+  Coll* comm;
+  template <class MakeAveraging, class OnEpoch>
+  train_result operator()(const dataset& data, const train_options& options, MakeAveraging make,
+                          OnEpoch on_epoch) const {
+    return train_rank(data, options, *comm, std::move(make), std::move(on_epoch));
+  }
+};
+
+/// Called on rank 0 after each epoch of each run (after its checkpoint), with the run so far.
 using progress_callback = std::function<void(const run_result&)>;
 
 namespace detail {
@@ -216,45 +240,65 @@ void read_levels(const Sync& sync, bool uncompressed, std::vector<level>& out) {
                                                          : level::high);
 }
 
+/// Records a run's epochs on rank 0, with the levels in force during each: read from the first
+/// worker's new synchronizer (or the restored one, on a resume), then after every epoch
+/// (end_epoch has already set the next epoch's levels).
+struct recorder {
+  run_result* result;
+  bool uncompressed;
+  std::chrono::steady_clock::time_point start;
+  const progress_callback* progress;
+  std::vector<level>* current;  ///< shared by the copies the training loop makes
+
+  template <class Sync>
+  void operator()(const epoch_report& report, const Sync& sync) const {
+    result->epochs.push_back({report, *current});
+    read_levels(sync, uncompressed, *current);
+    result->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (*progress) (*progress)(*result);
+  }
+  /// Called by the training loop after a resume, with the restored synchronizer.
+  template <class Sync>
+  void resumed(const Sync& sync) const {
+    read_levels(sync, uncompressed, *current);
+  }
+};
+
 /// Trains one run for one seed with synchronizers built by make_sync() (layers not yet added).
-template <class MakeSync>
+template <class Trainer, class MakeSync>
 run_result run_one(const dataset& data, const comparison_config& config, const run_spec& spec,
-                   std::uint64_t seed, MakeSync make_sync, const progress_callback& progress) {
+                   std::uint64_t seed, const Trainer& trainer, MakeSync make_sync,
+                   const progress_callback& progress) {
   train_options options = config.train;
   options.seed = seed;
-  run_result result{spec, seed, {}, {}, 0};
-  // Levels in force during the epoch that runs: read from the first worker's new synchronizer,
-  // then after every epoch (end_epoch has already set the next epoch's levels).
+  run_result result{spec, seed, {}, {}, 0, {}};
   std::vector<level> current;
+  const recorder record{&result, spec.how == method::uncompressed, std::chrono::steady_clock::now(),
+                        &progress, &current};
   std::once_flag first;
-  const bool uncompressed = spec.how == method::uncompressed;
-  const auto start = std::chrono::steady_clock::now();
-  (void)train(
+  result.weights = trainer(
       data, options,
       [&](std::span<const bellows::layer_info> layers) {
         auto sync = make_sync();
         for (const bellows::layer_info& l : layers) sync.add_layer(l.name, l.shape);
         std::call_once(first, [&] {
           result.layers.assign(layers.begin(), layers.end());
-          read_levels(sync, uncompressed, current);
+          record.resumed(sync);
         });
         return sync;
       },
-      [&](const epoch_report& report, const auto& sync) {
-        result.epochs.push_back({report, current});
-        read_levels(sync, uncompressed, current);
-        result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (progress) progress(result);
-      });
+      record).weights;
   return result;
 }
 
 }  // namespace detail
 
 /// Trains every run of `config` for every seed (runs in order, seeds inner) and returns the
-/// results in that order.
-inline std::vector<run_result> run_comparison(const dataset& data, const comparison_config& config,
-                                              const progress_callback& progress = {}) {
+/// results in that order. `trainer` runs the workers: on threads (the default), or on_rank{&comm}
+/// as one rank of a collective, on every rank (the epochs are recorded on rank 0).
+template <class Trainer = on_threads>
+std::vector<run_result> run_comparison(const dataset& data, const comparison_config& config,
+                                       const progress_callback& progress = {}, Trainer trainer = {}) {
   config.validate();
   bellows::cpu::executor exec(config.threads);
   using bellows::regime;
@@ -263,7 +307,7 @@ inline std::vector<run_result> run_comparison(const dataset& data, const compari
   for (const run_spec& spec : config.runs) {
     for (const std::uint64_t seed : config.seeds) {
       const auto run = [&](auto make_sync) {
-        results.push_back(detail::run_one(data, config, spec, seed, make_sync, progress));
+        results.push_back(detail::run_one(data, config, spec, seed, trainer, make_sync, progress));
       };
       // The low and high instances of a family under the run's policy.
       const auto run_levels = [&](const auto& low, const auto& high) {

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Data-parallel training of the example's MLP on Fashion-MNIST: W workers as threads of a
-// bellows::collectives::local_group, each holding a replica of the model and training on its own
-// shard of every epoch, with the gradients averaged over the workers at every step by the
-// averaging object the caller supplies.
+// Data-parallel training of the example's MLP on Fashion-MNIST: W workers, each holding a replica
+// of the model and training on its own shard of every epoch, with the gradients averaged over the
+// workers at every step by the averaging object the caller supplies. The workers are either
+// threads of one process (train: a bellows::collectives::local_group) or the ranks of any other
+// collective, one call of train_rank per rank (the MPI example, fmnist_mpi): the same loop.
 //
 // Plugging in gradient compression. The loop calls, on every worker,
 //     averaging.step(grads, comm)     once per step, grads[id] = the gradient of tensor id
@@ -14,7 +15,15 @@
 //
 // Determinism. The model is initialised from the seed alone, every epoch's shuffle is keyed by
 // (seed, epoch), and the local collective sums in rank order, so every replica holds the same
-// weights at every step and a seed gives the same weights, bit for bit, run after run.
+// weights at every step and a seed gives the same weights, bit for bit, run after run. The MPI
+// adapter in mpi_sum_order::rank sums in the same order, and gives the same bits.
+//
+// Checkpoints. With train_options::checkpoint set, the training state is written after every
+// epoch (atomically): the weights and the optimizer's momentum (the same on every worker), every
+// worker's averaging state (error memories, PowerSGD queries, the detector's accumulators and
+// decisions), the epochs done and their reports. Nothing else is drawn at random: each epoch's
+// shuffle is a function of (seed, epoch). A run started with train_options::resume at that file
+// continues from there and ends with the weights of the run that was never interrupted, bit for bit.
 #pragma once
 
 #include <algorithm>
@@ -23,14 +32,20 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <filesystem>
 #include <span>
+#include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <bellows/collectives/local.hpp>
 #include <bellows/compressors/identity.hpp>
 #include <bellows/concepts.hpp>
+#include <bellows/core/checkpoint.hpp>
 #include <bellows/core/error.hpp>
+#include <bellows/core/gather_buffer.hpp>
 #include <bellows/core/philox.hpp>
 #include <bellows/core/shape.hpp>
 #include <bellows/core/traffic.hpp>
@@ -40,13 +55,21 @@
 
 namespace fmnist {
 
-/// What the training loop asks of the object that averages the gradients on one worker.
-template <class A>
+/// What the training loop asks of the object that averages the gradients on one worker, over
+/// the collective Coll.
+template <class A, class Coll = bellows::collectives::local>
 concept gradient_averaging = requires(A& a, const A& ca, std::span<const std::span<float>> grads,
-                                      bellows::collectives::local& comm, float lr) {
+                                      Coll& comm, float lr) {
   { a.step(grads, comm) } -> std::convertible_to<std::span<const bellows::step_status>>;
   a.end_epoch(lr, comm);
   { ca.total_sent() } -> std::convertible_to<bellows::traffic>;
+};
+
+/// An averaging object whose state a training checkpoint can hold (bellows::synchronizer is one).
+template <class A>
+concept checkpointable_averaging = requires(A& a, const A& ca, std::span<const std::byte> bytes) {
+  { ca.checkpoint() } -> std::convertible_to<std::vector<std::byte>>;
+  a.restore(bytes);
 };
 
 /// The baseline: every tensor averaged uncompressed by bellows::identity.
@@ -93,6 +116,8 @@ struct train_options {
   float weight_decay = 5e-4f;
   std::size_t train_limit = 0;  ///< train on the first train_limit images (0: all)
   std::size_t test_limit = 0;   ///< test on the first test_limit images (0: all)
+  std::filesystem::path checkpoint;  ///< when set, the training state is saved here after every epoch
+  std::filesystem::path resume;      ///< when set, training continues from the state saved in this file
 
   /// Raises bellows::error naming the bad value.
   void validate(const dataset& data) const {
@@ -181,90 +206,254 @@ inline void gather(const split& s, std::span<const std::uint32_t> items, std::sp
   }
 }
 
+/// The file of a training checkpoint: "FMCK", version, the settings it belongs to, then the state.
+inline constexpr std::uint32_t checkpoint_magic = 0x4B434D46u;
+inline constexpr std::uint32_t checkpoint_version = 1;
+
+/// The settings a checkpoint must have been saved with to be resumed by `options` on `workers`.
+inline void put_settings(bellows::checkpoint_writer& w, const train_options& options, std::size_t workers,
+                         std::size_t train_count) {
+  w.put(checkpoint_magic);
+  w.put(checkpoint_version);
+  w.put<std::uint64_t>(options.seed);
+  w.put<std::uint64_t>(workers);
+  w.put<std::uint64_t>(options.batch);
+  w.put<std::uint64_t>(train_count);
+}
+
+static_assert(std::is_trivially_copyable_v<epoch_report>, "epoch reports are saved as bytes");
+
+/// One worker's training state between epochs, and its checkpoint file. A collective call on
+/// every rank for both save and restore: the averaging states travel to rank 0 by allgather,
+/// and the file, read by rank 0 only, to the others by broadcast (no shared file system needed).
+template <class Model, class Optimizer, class Averaging>
+class training_checkpoint {
+public:
+  training_checkpoint(const train_options& options, std::size_t train_count, Model& model,
+                      Optimizer& optimizer, Averaging& averaging)
+      : options_(&options), train_count_(train_count), model_(&model), optimizer_(&optimizer),
+        averaging_(&averaging) {}
+
+  /// After epoch `done - 1`: rank 0 writes the file atomically.
+  template <bellows::Collective Coll>
+  void save(Coll& comm, std::span<const epoch_report> reports) {
+    const std::vector<std::byte> mine = averaging_->checkpoint();
+    comm.allgather(mine, gathered_);
+    if (comm.rank() != 0) return;
+    bellows::checkpoint_writer w;
+    put_settings(w, *options_, comm.size(), train_count_);
+    w.put<std::uint64_t>(reports.size());
+    w.put_array(std::span<const epoch_report>(reports));
+    w.put_array(std::span<const float>(model_->parameters()));
+    w.put_array(std::span<const float>(optimizer_->velocity()));
+    for (std::size_t r = 0; r < comm.size(); ++r) w.put_array(std::span<const std::byte>(gathered_.block(r)));
+    bellows::write_file_atomically(options_->checkpoint, w.bytes());
+  }
+
+  /// Restores the state of options.resume; returns the reports of the epochs done.
+  template <bellows::Collective Coll>
+  std::vector<epoch_report> restore(Coll& comm) {
+    const std::filesystem::path& path = options_->resume;
+    std::vector<std::byte> file;
+    std::uint64_t size = 0;
+    std::exception_ptr failure;
+    if (comm.rank() == 0) {
+      try {
+        file = bellows::read_file(path);
+        size = file.size();
+      } catch (...) {
+        failure = std::current_exception();
+        size = unreadable;
+      }
+    }
+    comm.broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&size, 1)), 0);
+    if (failure) std::rethrow_exception(failure);
+    if (size == unreadable) bellows::detail::fail("fmnist: rank 0 could not read the checkpoint ", path);
+    file.resize(size);
+    comm.broadcast(file, 0);
+    try {
+      return read(file, comm.rank(), comm.size());
+    } catch (const bellows::wire_error& e) {
+      bellows::detail::fail<bellows::wire_error>(path.string(), ": ", e.what());
+    }
+  }
+
+private:
+  static constexpr std::uint64_t unreadable = ~std::uint64_t{0};
+
+  std::vector<epoch_report> read(std::span<const std::byte> file, std::size_t rank, std::size_t workers) {
+    bellows::checkpoint_reader r(file);
+    bellows::checkpoint_writer expected;
+    put_settings(expected, *options_, workers, train_count_);
+    for (const std::byte b : expected.bytes())
+      if (r.get<std::byte>("settings") != b)
+        bellows::detail::fail<bellows::wire_error>(
+            "not a checkpoint of this training (another version, seed, number of workers, batch or "
+            "number of training images)");
+    const auto done = r.get<std::uint64_t>("epochs done");
+    if (done > options_->epochs)
+      bellows::detail::fail<bellows::wire_error>(done, " epochs done, more than the ", options_->epochs, " to train");
+    std::vector<epoch_report> reports(done);
+    r.get_array(std::span<epoch_report>(reports), "epoch reports");
+    // Into copies first: a file that fails to read to its end changes nothing.
+    std::vector<float> weights(model_->parameters().size()), velocity(weights.size());
+    r.get_array(std::span<float>(weights), "weights");
+    r.get_array(std::span<float>(velocity), "momentum");
+    std::string mine;
+    for (std::size_t w = 0; w < workers; ++w) {
+      std::string state = r.get_string("averaging state", file.size());
+      if (w == rank) mine = std::move(state);
+    }
+    r.finish();
+    averaging_->restore(std::as_bytes(std::span<const char>(mine)));
+    std::copy(weights.begin(), weights.end(), model_->parameters().begin());
+    std::copy(velocity.begin(), velocity.end(), optimizer_->velocity().begin());
+    return reports;
+  }
+
+  const train_options* options_;
+  std::size_t train_count_;
+  Model* model_;
+  Optimizer* optimizer_;
+  Averaging* averaging_;
+  bellows::gather_buffer gathered_;
+};
+
+}  // namespace detail
+
+namespace detail {
+
+/// The training loop of one worker, rank comm.rank() of comm.size(), on the images of `table`'s
+/// standardisation. Returns the weights on every rank and the epoch reports on rank 0.
+template <bellows::Collective Coll, class MakeAveraging, class OnEpoch>
+train_result train_worker(const dataset& data, const train_options& options, std::span<const float> table,
+                          Coll& comm, MakeAveraging& make_averaging, OnEpoch& on_epoch) {
+  const std::size_t train_count = options.train_images(data), test_count = options.test_images(data);
+  const std::size_t batch = options.batch;
+  const std::size_t rank = comm.rank(), workers = comm.size();
+  mlp<float> model(options.seed, batch);
+  sgd<float> optimizer(model.parameters().size(), options.momentum, options.weight_decay);
+  auto averaging = make_averaging(model.layers());
+  using averaging_type = decltype(averaging);
+  static_assert(gradient_averaging<averaging_type, Coll>,
+                "make_averaging must return a gradient_averaging object");
+  train_result result;
+  std::size_t first_epoch = 0;
+  const bool checkpoints = !options.checkpoint.empty() || !options.resume.empty();
+  BELLOWS_EXPECTS(!checkpoints || checkpointable_averaging<averaging_type>,
+                  "fmnist: checkpoints need an averaging object with checkpoint() and restore()");
+  [[maybe_unused]] auto saver = [&] {
+    if constexpr (checkpointable_averaging<averaging_type>)
+      return training_checkpoint(options, train_count, model, optimizer, averaging);
+    else
+      return 0;
+  }();
+  if constexpr (checkpointable_averaging<averaging_type>) {
+    if (!options.resume.empty()) {
+      std::vector<epoch_report> done = saver.restore(comm);
+      first_epoch = done.size();
+      if (rank == 0) {
+        result.epochs = std::move(done);
+        if constexpr (requires { on_epoch.resumed(std::as_const(averaging)); })
+          on_epoch.resumed(std::as_const(averaging));
+      }
+    }
+  }
+  std::vector<std::span<float>> grads;
+  for (std::size_t id = 0; id < model.layers().size(); ++id) grads.push_back(model.gradient(id));
+  std::vector<float> x(batch * image_size);
+  std::vector<std::uint8_t> labels(batch);
+  std::vector<std::uint32_t> order(train_count), test_items(batch);
+  // Each epoch every worker takes its own contiguous part of the shuffled order.
+  const std::size_t shard = train_count / workers, steps = shard / batch;
+  const std::size_t test_lo = test_count * rank / workers, test_hi = test_count * (rank + 1) / workers;
+
+  for (std::size_t epoch = first_epoch; epoch < options.epochs; ++epoch) {
+    const auto start = std::chrono::steady_clock::now();
+    const float lr = options.schedule.at(epoch);
+    shuffle(order, options.seed, epoch);
+    double train_loss = 0;
+    std::size_t skipped = 0;
+    for (std::size_t step = 0; step < steps; ++step) {
+      const std::span<const std::uint32_t> items(order.data() + rank * shard + step * batch, batch);
+      gather(data.train, items, table, x, labels);
+      train_loss += static_cast<double>(model.train_batch(x, labels));
+      bool ok = true;
+      for (const bellows::step_status s : averaging.step(grads, comm))
+        ok = ok && s == bellows::step_status::ok;
+      if (ok)
+        optimizer.step(model.parameters(), model.gradients(), lr);
+      else
+        ++skipped;  // every rank agrees on the statuses, so every rank skips
+    }
+    averaging.end_epoch(options.schedule.at(epoch + 1), comm);
+
+    evaluation<float> test;
+    for (std::size_t lo = test_lo; lo < test_hi; lo += batch) {
+      const std::size_t n = std::min(batch, test_hi - lo);
+      const std::uint32_t first = static_cast<std::uint32_t>(lo);
+      for (std::size_t b = 0; b < n; ++b) test_items[b] = first + static_cast<std::uint32_t>(b);
+      gather(data.test, std::span<const std::uint32_t>(test_items.data(), n), table, x, labels);
+      const evaluation<float> e = model.evaluate(std::span<const float>(x.data(), n * image_size),
+                                                 std::span<const std::uint8_t>(labels.data(), n));
+      test.loss_sum += e.loss_sum;
+      test.correct += e.correct;
+    }
+    float totals[3] = {static_cast<float>(train_loss), test.loss_sum, static_cast<float>(test.correct)};
+    comm.allreduce_sum(totals);
+    epoch_report report;
+    report.epoch = epoch;
+    report.lr = lr;
+    report.train_loss = totals[0] / static_cast<double>(steps * workers);
+    report.test_loss = totals[1] / static_cast<double>(test_count);
+    report.test_accuracy = totals[2] / static_cast<double>(test_count);
+    report.steps = steps;
+    report.skipped_steps = skipped;
+    report.sent = averaging.total_sent();
+    report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (rank == 0) result.epochs.push_back(report);
+    if constexpr (checkpointable_averaging<averaging_type>) {
+      if (!options.checkpoint.empty()) saver.save(comm, result.epochs);
+    }
+    if (rank == 0) on_epoch(report, std::as_const(averaging));
+  }
+  const std::span<const float> w = model.parameters();
+  result.weights.assign(w.begin(), w.end());
+  return result;
+}
+
 }  // namespace detail
 
 /// Trains `options.epochs` epochs on `options.workers` threads. `make_averaging(layers)` is called
 /// on every worker with the model's tensors (ids 0, 1, ...; name and shape) and returns that
 /// worker's gradient_averaging object; `on_epoch(report, averaging)` is called on rank 0 after
-/// every epoch. Exceptions of any worker are rethrown here.
+/// every epoch (after its checkpoint is saved), and `on_epoch.resumed(averaging)`, if it has one,
+/// after a resume. Exceptions of any worker are rethrown here.
 template <class MakeAveraging, class OnEpoch = ignore_epoch>
 train_result train(const dataset& data, const train_options& options, MakeAveraging make_averaging,
                    OnEpoch on_epoch = {}) {
   options.validate(data);
-  const std::size_t train_count = options.train_images(data), test_count = options.test_images(data);
-  const std::vector<float> table = detail::pixel_table(data.train, train_count);
-  const std::size_t batch = options.batch;
+  const std::vector<float> table = detail::pixel_table(data.train, options.train_images(data));
   train_result result;
   bellows::collectives::local_group group(options.workers);
   group.run([&](bellows::collectives::local& comm) {
-    const std::size_t rank = comm.rank(), workers = comm.size();
-    mlp<float> model(options.seed, batch);
-    sgd<float> optimizer(model.parameters().size(), options.momentum, options.weight_decay);
-    auto averaging = make_averaging(model.layers());
-    static_assert(gradient_averaging<decltype(averaging)>,
-                  "make_averaging must return a gradient_averaging object");
-    std::vector<std::span<float>> grads;
-    for (std::size_t id = 0; id < model.layers().size(); ++id) grads.push_back(model.gradient(id));
-    std::vector<float> x(batch * image_size);
-    std::vector<std::uint8_t> labels(batch);
-    std::vector<std::uint32_t> order(train_count), test_items(batch);
-    // Each epoch every worker takes its own contiguous part of the shuffled order.
-    const std::size_t shard = train_count / workers, steps = shard / batch;
-    const std::size_t test_lo = test_count * rank / workers, test_hi = test_count * (rank + 1) / workers;
-
-    for (std::size_t epoch = 0; epoch < options.epochs; ++epoch) {
-      const auto start = std::chrono::steady_clock::now();
-      const float lr = options.schedule.at(epoch);
-      detail::shuffle(order, options.seed, epoch);
-      double train_loss = 0;
-      std::size_t skipped = 0;
-      for (std::size_t step = 0; step < steps; ++step) {
-        const std::span<const std::uint32_t> items(order.data() + rank * shard + step * batch, batch);
-        detail::gather(data.train, items, table, x, labels);
-        train_loss += static_cast<double>(model.train_batch(x, labels));
-        bool ok = true;
-        for (const bellows::step_status s : averaging.step(grads, comm))
-          ok = ok && s == bellows::step_status::ok;
-        if (ok)
-          optimizer.step(model.parameters(), model.gradients(), lr);
-        else
-          ++skipped;  // every rank agrees on the statuses, so every rank skips
-      }
-      averaging.end_epoch(options.schedule.at(epoch + 1), comm);
-
-      evaluation<float> test;
-      for (std::size_t lo = test_lo; lo < test_hi; lo += batch) {
-        const std::size_t n = std::min(batch, test_hi - lo);
-        const std::uint32_t first = static_cast<std::uint32_t>(lo);
-        for (std::size_t b = 0; b < n; ++b) test_items[b] = first + static_cast<std::uint32_t>(b);
-        detail::gather(data.test, std::span<const std::uint32_t>(test_items.data(), n), table, x, labels);
-        const evaluation<float> e = model.evaluate(std::span<const float>(x.data(), n * image_size),
-                                                   std::span<const std::uint8_t>(labels.data(), n));
-        test.loss_sum += e.loss_sum;
-        test.correct += e.correct;
-      }
-      float totals[3] = {static_cast<float>(train_loss), test.loss_sum, static_cast<float>(test.correct)};
-      comm.allreduce_sum(totals);
-      if (rank != 0) continue;
-      epoch_report report;
-      report.epoch = epoch;
-      report.lr = lr;
-      report.train_loss = totals[0] / static_cast<double>(steps * workers);
-      report.test_loss = totals[1] / static_cast<double>(test_count);
-      report.test_accuracy = totals[2] / static_cast<double>(test_count);
-      report.steps = steps;
-      report.skipped_steps = skipped;
-      report.sent = averaging.total_sent();
-      report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      on_epoch(report, std::as_const(averaging));
-      result.epochs.push_back(report);
-    }
-    if (rank == 0) {
-      const std::span<const float> w = model.parameters();
-      result.weights.assign(w.begin(), w.end());
-    }
+    train_result mine = detail::train_worker(data, options, table, comm, make_averaging, on_epoch);
+    if (comm.rank() == 0) result = std::move(mine);
   });
   return result;
+}
+
+/// The same training as rank comm.rank() of comm.size() workers (options.workers is ignored):
+/// every rank calls it with the same options. `on_epoch` is called on rank 0; the result holds
+/// the weights on every rank and the epoch reports on rank 0.
+template <bellows::Collective Coll, class MakeAveraging, class OnEpoch = ignore_epoch>
+train_result train_rank(const dataset& data, const train_options& options, Coll& comm,
+                        MakeAveraging make_averaging, OnEpoch on_epoch = {}) {
+  train_options mine = options;
+  mine.workers = comm.size();
+  mine.validate(data);
+  const std::vector<float> table = detail::pixel_table(data.train, mine.train_images(data));
+  return detail::train_worker(data, mine, table, comm, make_averaging, on_epoch);
 }
 
 }  // namespace fmnist
