@@ -80,6 +80,11 @@ class State:
         """Values this rank has handed to the collective so far, over all buckets and steps."""
         return sum(layer["floats"] for layers in self.telemetry().values() for layer in layers)
 
+    def prepare(self, bucket):
+        """Makes the synchronizer of a bucket as the hook would, without a step (so that query()
+        shows the initial query)."""
+        self._state.prepare(bucket.index(), bucket.buffer(), bucket.gradients())
+
     def query(self, bucket_index, layer):
         """PowerSGD's query of one layer of a bucket, as a (rank, m) tensor (row j: column j of Q)."""
         return self._state.query(bucket_index, layer)

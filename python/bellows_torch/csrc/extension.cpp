@@ -269,12 +269,23 @@ public:
   /// Averages one bucket in place: `buffer` is the flat bucket, `grads` the per-parameter views
   /// into it. Returns one status per gradient (0 ok, 1 non-finite: the buffer was left as it was).
   std::vector<std::uint8_t> run(std::size_t index, const at::Tensor& buffer, const std::vector<at::Tensor>& grads) {
+    std::vector<std::span<float>> spans;
+    bucket_runner& r = prepare(index, buffer, grads, &spans);
+    {
+      py::gil_scoped_release unlocked;
+      r.step(spans, coll_);
+    }
+    return r.last_statuses();
+  }
+
+  /// Makes the synchronizer of a bucket as run() would (if its layout is new) without a step.
+  bucket_runner& prepare(std::size_t index, const at::Tensor& buffer, const std::vector<at::Tensor>& grads,
+                         std::vector<std::span<float>>* spans = nullptr) {
     TORCH_CHECK(buffer.device().is_cpu(), "bellows_torch: the bucket is on ", buffer.device(),
                 "; this build averages CPU tensors only");
     TORCH_CHECK(buffer.scalar_type() == at::kFloat && buffer.is_contiguous(),
                 "bellows_torch: the bucket must be a contiguous float32 tensor, got ", buffer.scalar_type());
     bucket_layout layout;
-    std::vector<std::span<float>> spans;
     const float* base = buffer.data_ptr<float>();
     const std::int64_t total = buffer.numel();
     for (const at::Tensor& g : grads) {
@@ -285,7 +296,7 @@ public:
                   "bellows_torch: a gradient of the bucket is not a view into its buffer");
       layout.offsets.push_back(at);
       layout.sizes.push_back(g.sizes().vec());
-      spans.emplace_back(g.data_ptr<float>(), static_cast<std::size_t>(g.numel()));
+      if (spans) spans->emplace_back(g.data_ptr<float>(), static_cast<std::size_t>(g.numel()));
     }
     entry& e = buckets_[index];
     if (!e.runner || !(e.layout == layout)) {
@@ -295,15 +306,11 @@ public:
       e.runner = make_runner(cfg_, *exec_, index, shapes);
       e.layout = std::move(layout);
     }
-    {
-      py::gil_scoped_release unlocked;
-      e.runner->step(spans, coll_);
-    }
-    return e.runner->last_statuses();
+    return *e.runner;
   }
 
   /// Ends the epoch for every bucket (a collective call on every rank): `lr` is the learning rate
-  /// of the epoch that starts next. Returns the levels now in force, one list per bucket.
+  /// of the epoch that starts next.
   void end_epoch(float lr) {
     py::gil_scoped_release unlocked;
     for (auto& [index, e] : buckets_) e.runner->end_epoch(lr, coll_);
@@ -418,6 +425,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<hook_state>(m, "HookState")
       .def(py::init<hook_config, const c10::intrusive_ptr<c10d::ProcessGroup>&>())
       .def("run", &hook_state::run)
+      .def("prepare", [](hook_state& h, std::size_t index, const at::Tensor& buffer,
+                         const std::vector<at::Tensor>& grads) { (void)h.prepare(index, buffer, grads); })
       .def("end_epoch", &hook_state::end_epoch)
       .def("telemetry", &hook_state::telemetry)
       .def("query", &hook_state::query)
