@@ -4,9 +4,9 @@
 # the CPU tests again under AddressSanitizer + UndefinedBehaviorSanitizer, the threaded tests
 # (collectives, executor, synchronizer) under ThreadSanitizer, and a short fuzzing run of every
 # decoder of untrusted bytes. CUDA code is compiled when nvcc exists (its tests skip without a
-# GPU). Exits non-zero on any failure; prints each stage's time.
+# GPU), and the PyTorch DDP hook's tests (python/test.sh). Exits non-zero on any failure; prints each stage's time.
 # Usage: scripts/test.sh   BUILD_DIR=... to build elsewhere (default build/test);
-#        BELLOWS_QUICK=1 runs the main stage only; FUZZ_SECONDS=N per target (default 20).
+#        BELLOWS_QUICK=1 runs the main and python stages only; FUZZ_SECONDS=N per target (default 20).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -14,7 +14,8 @@ build=${BUILD_DIR:-$root/build/test}
 jobs=$(nproc)
 
 packages=(cmake ninja-build g++ clang libclang-rt-14-dev doctest-dev libbenchmark-dev
-          libopenmpi-dev openmpi-bin zlib1g-dev dataset-fashion-mnist libcli11-dev nlohmann-json3-dev)
+          libopenmpi-dev openmpi-bin zlib1g-dev dataset-fashion-mnist libcli11-dev nlohmann-json3-dev
+          python3-torch libtorch-dev pybind11-dev python3-pip python3-setuptools)
 # shellcheck source=SCRIPTDIR/install_missing.sh
 source "$root/scripts/install_missing.sh"
 install_missing "${packages[@]}"
@@ -39,6 +40,8 @@ stage "build"
 cmake --build "$build" -j "$jobs"
 stage "test"
 ctest --test-dir "$build" -j "$jobs" --output-on-failure
+stage "python: the DDP hook (python/test.sh)"
+"$root/python/test.sh"
 
 if [ -n "${BELLOWS_QUICK:-}" ]; then
   stage "done (BELLOWS_QUICK: sanitizers and fuzzing skipped)"
