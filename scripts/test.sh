@@ -4,7 +4,8 @@
 # the CPU tests again under AddressSanitizer + UndefinedBehaviorSanitizer, the threaded tests
 # (collectives, executor, synchronizer) under ThreadSanitizer, and a short fuzzing run of every
 # decoder of untrusted bytes. CUDA code is compiled when nvcc exists (its tests skip without a
-# GPU), and the PyTorch DDP hook's tests (python/test.sh). Exits non-zero on any failure; prints each stage's time.
+# GPU). The PyTorch DDP hook's tests (python/test.sh) run after the main tests. Exits non-zero
+# on any failure; prints each stage's time.
 # Usage: scripts/test.sh   BUILD_DIR=... to build elsewhere (default build/test);
 #        BELLOWS_QUICK=1 runs the main and python stages only; FUZZ_SECONDS=N per target (default 20).
 set -euo pipefail
