@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// Rand-k on the device at 2^26 floats, k = 1% and 50% (the complement draw): the index draw
+// and the gather with error feedback (g + e read, the residual written). x_floor counts device
+// reads of the 2^26 input floats.
+#include <bellows/cuda/sample.cuh>
+
+#include "cuda/device_floor.cuh"
+
+namespace {
+
+void cuda_randk(benchmark::State& state) {
+  if (!bellows::bench::have_device(state)) return;
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const auto k = static_cast<std::size_t>(state.range(1));
+  float* g = bellows::bench::device_normals(n, 1);
+  float* e = bellows::bench::device_normals(n, 2);
+  float *staged = nullptr, *value = nullptr;
+  std::uint32_t* index = nullptr;
+  BELLOWS_CUDA_CHECK(cudaMalloc(&staged, n * sizeof(float)));
+  BELLOWS_CUDA_CHECK(cudaMalloc(&value, k * sizeof(float)));
+  BELLOWS_CUDA_CHECK(cudaMalloc(&index, k * sizeof(std::uint32_t)));
+  const bellows::cpu::sample_plan plan = bellows::cpu::plan_sample(n, k);
+  bellows::cuda::executor exec;
+  exec.reserve(bellows::cuda::sample_workspace::bytes(plan));
+  bellows::cuda::sample_workspace ws(plan, exec.workspace());
+  std::uint32_t step = 0;
+  bellows::bench::run_timed(state, g, n, [&] {
+    bellows::cuda::draw_sample(exec, plan, {7, step++, 0, bellows::philox::stream::shared}, ws);
+    bellows::cuda::gather_sample(exec, plan, ws, {g, n}, {e, n}, {staged, n}, {{index, k}, {value, k}});
+  });
+  for (void* p : {static_cast<void*>(g), static_cast<void*>(e), static_cast<void*>(staged),
+                  static_cast<void*>(value), static_cast<void*>(index)})
+    BELLOWS_CUDA_CHECK(cudaFree(p));
+}
+
+}  // namespace
+
+BENCHMARK(cuda_randk)
+    ->ArgNames({"n", "k"})
+    ->Args({1 << 26, (1 << 26) / 100})
+    ->Args({1 << 26, (1 << 26) / 2})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
