@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: Apache-2.0
+// The command line of the Fashion-MNIST programs (fmnist_demo on threads, fmnist_mpi on the ranks
+// of MPI_COMM_WORLD): the options they share, the line printed per epoch, and the files written.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <bellows/core/error.hpp>
+
+#include "idx.hpp"
+#include "report.hpp"
+#include "runs.hpp"
+#include "svg.hpp"
+
+namespace fmnist::cli {
+
+/// The options both programs take, for their --help.
+inline constexpr const char* options_usage =
+    "  --out DIR          folder for results.json, results.md and the plots (default demo-results)\n"
+    "  --quick            the short configuration of the test suite: 1 seed, 6 epochs, 4800 images\n"
+    "  --epochs N         epochs per run (12); the learning rate drops x0.1 at 50% and 75% of them\n"
+    "  --seeds N          seeds 1 .. N (2)\n"
+    "  --runs A,B,...     runs to train (all), of: uncompressed powersgd-low powersgd-high\n"
+    "                     powersgd-accordion topk-low topk-high topk-accordion\n"
+    "  --interval N       Accordion: check every N epochs (2)\n"
+    "  --eta X            Accordion: relative change of a layer's gradient norm that marks a critical\n"
+    "                     regime (0.5)\n"
+    "  --lr X             initial learning rate (0.05)\n"
+    "  --train-images N   train on the first N images (0: all 60000)\n"
+    "  --test-images N    test on the first N images (0: all 10000)\n"
+    "  --data DIR         folder of the four IDX files (default $BELLOWS_FMNIST_DIR, else the\n"
+    "                     dataset-fashion-mnist package's /usr/share/datasets/fashion-mnist)\n"
+    "  --checkpoint FILE  save the training state to FILE after every epoch (one run, one seed)\n"
+    "  --resume FILE      continue the training saved in FILE (same options as when it was saved);\n"
+    "                     the results then hold the epochs trained after the resume, and no plots\n";
+
+/// A command line that cannot be understood; the programs print it with the usage.
+struct usage_error : bellows::error {
+  using bellows::error::error;
+};
+
+/// The argument after option argv[i] (i moves onto it).
+inline std::string value_of(int& i, int argc, char** argv) {
+  if (i + 1 >= argc) throw usage_error(std::string(argv[i]) + " needs a value");
+  return argv[++i];
+}
+
+inline std::size_t count_of(const std::string& text, const char* name) {
+  std::size_t used = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty() || text[0] == '-')
+    throw usage_error(std::string(name) + ": not a whole number: '" + text + "'");
+  return static_cast<std::size_t>(v);
+}
+
+inline float real_of(const std::string& text, const char* name) {
+  std::size_t used = 0;
+  float v = 0;
+  try {
+    v = std::stof(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty())
+    throw usage_error(std::string(name) + ": not a number: '" + text + "'");
+  return v;
+}
+
+inline std::vector<run_spec> runs_of(const std::string& list) {
+  std::vector<run_spec> runs;
+  std::size_t from = 0;
+  while (from <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', from), list.size());
+    const std::string id = list.substr(from, comma - from);
+    bool found = false;
+    for (const run_spec& r : all_runs())
+      if (r.id() == id) {
+        runs.push_back(r);
+        found = true;
+      }
+    if (!found) throw usage_error("--runs: no run named '" + id + "'");
+    from = comma + 1;
+  }
+  return runs;
+}
+
+/// The levels of an epoch as one letter per layer: L low, H high, - dense.
+inline std::string letters(const std::vector<level>& levels) {
+  std::string s;
+  for (const level l : levels) s += l == level::low ? 'L' : l == level::high ? 'H' : '-';
+  return s;
+}
+
+/// What a command line asks for.
+struct command {
+  comparison_config config;
+  std::filesystem::path out = "demo-results";
+  std::string data;  ///< the --data folder (empty: data_dir's default)
+  bool help = false;
+};
+
+/// Reads the options of options_usage; `other(arg, i)` may take an option of the program's own
+/// (reading its value with value_of) and returns whether it did. Raises usage_error otherwise.
+inline command parse(int argc, char** argv, const std::function<bool(std::string_view, int&)>& other = {}) {
+  command c;
+  std::filesystem::path checkpoint, resume;
+  bool quick = false;
+  // Options given on the command line, applied over the full or the quick configuration.
+  std::vector<std::pair<std::string_view, std::string>> given;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      c.help = true;
+      return c;
+    }
+    if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--out") {
+      c.out = value_of(i, argc, argv);
+    } else if (arg == "--data") {
+      c.data = value_of(i, argc, argv);
+    } else if (arg == "--checkpoint") {
+      checkpoint = value_of(i, argc, argv);
+    } else if (arg == "--resume") {
+      resume = value_of(i, argc, argv);
+    } else if (arg == "--epochs" || arg == "--seeds" || arg == "--runs" || arg == "--interval" ||
+               arg == "--eta" || arg == "--lr" || arg == "--train-images" || arg == "--test-images") {
+      given.emplace_back(arg, value_of(i, argc, argv));
+    } else if (!other || !other(arg, i)) {
+      throw usage_error("unknown option '" + std::string(arg) + "'");
+    }
+  }
+  comparison_config& config = c.config;
+  config = quick ? quick_comparison() : full_comparison();
+  if (!given.empty()) config.rationale += " Changed on the command line:";
+  for (const auto& [name, value] : given) {
+    const std::string option(name);
+    config.rationale.append(" ").append(option).append(" ").append(value);
+    if (name == "--epochs") {
+      set_epochs(config, count_of(value, option.c_str()));
+    } else if (name == "--seeds") {
+      config.seeds.clear();
+      for (std::size_t s = 1; s <= count_of(value, option.c_str()); ++s) config.seeds.push_back(s);
+    } else if (name == "--runs") {
+      config.runs = runs_of(value);
+    } else if (name == "--interval") {
+      config.accordion.interval = count_of(value, option.c_str());
+    } else if (name == "--eta") {
+      config.accordion.eta = real_of(value, option.c_str());
+    } else if (name == "--lr") {
+      config.train.schedule.base = real_of(value, option.c_str());
+    } else if (name == "--train-images") {
+      config.train.train_limit = count_of(value, option.c_str());
+    } else {
+      config.train.test_limit = count_of(value, option.c_str());
+    }
+  }
+  if (!given.empty()) config.rationale += ".";
+  config.train.checkpoint = checkpoint;
+  config.train.resume = resume;
+  return c;
+}
+
+/// The line of a run's last epoch, on stdout.
+inline void print_epoch(const run_result& run, const comparison_config& config) {
+  const epoch_record& e = run.epochs.back();
+  std::printf("%-18s seed %llu  epoch %2zu/%zu  loss %.4f  acc %6.2f%%  floats %10.4g  levels %s  %5.2f s\n",
+              run.spec.id().c_str(), static_cast<unsigned long long>(run.seed), e.report.epoch + 1,
+              config.train.epochs, e.report.train_loss, 100 * e.report.test_accuracy,
+              static_cast<double>(e.report.sent.elements), letters(e.levels).c_str(), e.report.seconds);
+  std::fflush(stdout);
+}
+
+/// Writes results.json, results.md and (unless resumed: they need every epoch) the plots into
+/// c.out, and prints the verdict.
+inline void write_outputs(const command& c, const dataset& data, const std::vector<run_result>& results) {
+  const comparison_config& config = c.config;
+  if (results.front().epochs.empty()) {
+    std::printf("%s holds all %zu epochs: nothing left to train\n", config.train.resume.c_str(), config.train.epochs);
+    return;
+  }
+  std::filesystem::create_directories(c.out);
+  write_results_json(c.out / "results.json", config, data, results);
+  const summary sum = summarise(config, results);
+  write_results_md(c.out / "results.md", config, data, sum);
+  if (config.train.resume.empty()) {
+    write_plots(c.out, config, results);
+    std::printf("\n%swrote %s/{results.json,results.md,accuracy.svg,floats.svg,levels.svg}\n",
+                verdict_lines(sum).c_str(), c.out.c_str());
+  } else {
+    std::printf("\n%swrote %s/{results.json,results.md}\n", verdict_lines(sum).c_str(), c.out.c_str());
+  }
+}
+
+}  // namespace fmnist::cli
