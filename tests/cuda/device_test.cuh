@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -19,6 +20,12 @@ inline bool have_device() {
   if (bellows::cuda::device_count() > 0) return true;
   std::printf("[cuda] no CUDA device: device test skipped\n");
   return false;
+}
+
+/// True when a and b hold the same bytes (floats: the same bits, NaN included).
+template <class T>
+bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 /// A device array of T that owns its memory.

@@ -7,12 +7,13 @@
 
 #include <cmath>
 #include <cstddef>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "device_test.cuh"
+
+using bellows::test::same_bytes;
 
 namespace {
 
@@ -22,10 +23,6 @@ std::vector<float> seeded(std::size_t n, unsigned seed) {
   std::vector<float> v(n);
   for (float& x : v) x = d(gen);
   return v;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 }  // namespace
@@ -42,15 +39,15 @@ TEST_CASE("cuda elementwise: the CPU kernels' bits, at n = 0, 1 and beyond one g
     std::vector<float> want(n);
     bellows::cpu::add(host, want, a, b);
     bellows::cuda::add(dev, out.span(), da.span(), db.span());
-    CHECK(same_bits(out.host(), want));
+    CHECK(same_bytes(out.host(), want));
 
     bellows::cpu::subtract(host, want, a, b);
     bellows::cuda::subtract(dev, out.span(), da.span(), db.span());
-    CHECK(same_bits(out.host(), want));
+    CHECK(same_bytes(out.host(), want));
 
     bellows::cpu::divide_into(host, want, a, 3.0f);
     bellows::cuda::divide_into(dev, out.span(), da.span(), 3.0f);
-    CHECK(same_bits(out.host(), want));
+    CHECK(same_bytes(out.host(), want));
 
     std::vector<float> x = a;
     bellows::cpu::add_into(host, x, b);
@@ -59,10 +56,10 @@ TEST_CASE("cuda elementwise: the CPU kernels' bits, at n = 0, 1 and beyond one g
     bellows::cuda::add_into(dev, da.span(), db.span());
     bellows::cuda::scale(dev, da.span(), 0.7f);
     bellows::cuda::divide(dev, da.span(), 3.0f);
-    CHECK(same_bits(da.host(), x));
+    CHECK(same_bytes(da.host(), x));
 
     bellows::cuda::fill(dev, out.span(), -2.5f);
-    CHECK(same_bits(out.host(), std::vector<float>(n, -2.5f)));
+    CHECK(same_bytes(out.host(), std::vector<float>(n, -2.5f)));
   }
 }
 
@@ -75,7 +72,7 @@ TEST_CASE("cuda compensate: m = g + e and a flag for NaN and Inf, wherever they 
   bellows::test::device_array<float> dg(g), de(e), m(n);
   bellows::test::device_array<unsigned> flag(std::vector<unsigned>{0u});
   bellows::cuda::compensate(dev, m.span(), dg.span(), de.span(), flag.data());
-  CHECK(same_bits(m.host(), want));
+  CHECK(same_bytes(m.host(), want));
   CHECK(flag.host()[0] == 0u);
   bellows::cuda::flag_non_finite(dev, dg.span(), flag.data());
   CHECK(flag.host()[0] == 0u);

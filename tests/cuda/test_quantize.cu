@@ -7,12 +7,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "device_test.cuh"
+
+using bellows::test::same_bytes;
 
 namespace {
 
@@ -28,11 +29,6 @@ std::vector<float> gradient(std::size_t n, std::size_t bucket, unsigned seed, fl
   }
   if (bad != 0.0f && n > 0) v[n / 2] = bad;
   return v;
-}
-
-template <class T>
-bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 /// Quantises on both backends, compares scales, codes, the flag and both decodings.

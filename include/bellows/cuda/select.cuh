@@ -188,7 +188,9 @@ struct keep_op {
   const float* e;
   float* staged;
   const select_state* state;
+  std::size_t n;
   __device__ bool operator()(std::uint32_t i) const {
+    if (i >= n) return false;  // never asked, as CUB guards its last tile; cheap to be sure
     const float v = compensated(g, e, i);
     const std::uint32_t key = key_of(v), t = state->prefix;
     const bool keep = key > t || (key == t && i <= state->last);
@@ -277,7 +279,7 @@ inline void select_top(executor& exec, const cpu::select_plan& plan, std::span<c
   std::size_t cub_bytes = ws.cub_bytes;
   BELLOWS_CUDA_CHECK(cub::DeviceSelect::If(ws.cub, cub_bytes, thrust::counting_iterator<std::uint32_t>(0),
                                            out.index.data(), ws.selected, static_cast<int>(n),
-                                           detail::keep_op{gp, ep, compensate ? staged.data() : nullptr, ws.state},
+                                           detail::keep_op{gp, ep, compensate ? staged.data() : nullptr, ws.state, n},
                                            st));
   detail::gather_values_kernel<<<blocks_for(plan.k, detail::select_threads), detail::select_threads, 0, st>>>(
       gp, ep, out.index.data(), plan.k, out.value.data());
