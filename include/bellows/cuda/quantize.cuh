@@ -103,15 +103,15 @@ __global__ void quantize_kernel(const float* in, std::size_t n, std::size_t buck
       const std::uint32_t c = inv == 0.0f ? 0u : code_of(in[i], inv, philox::to_uniform(w.v[t]), s, Bits);
       packed |= c << (t * Bits);
     }
-    const std::size_t byte = i0 * Bits / 8;
-    if (i0 + 4 <= n) {
+    const std::size_t byte = i0 * Bits / 8;  // a quad fills Bits / 2 bytes
+    if (i0 + 4 <= n && reinterpret_cast<std::uintptr_t>(codes + byte) % (Bits / 2) == 0) {
       if constexpr (Bits == 8)
         *reinterpret_cast<std::uint32_t*>(codes + byte) = packed;
       else if constexpr (Bits == 4)
         *reinterpret_cast<std::uint16_t*>(codes + byte) = static_cast<std::uint16_t>(packed);
       else
         codes[byte] = static_cast<std::uint8_t>(packed);
-    } else {  // the last, short quad: only the bytes of the array
+    } else {  // the last, short quad (only the bytes of the array), or codes not aligned
       for (unsigned b = 0; b < 4 / per_byte && byte + b < code_bytes; ++b)
         codes[byte + b] = static_cast<std::uint8_t>(packed >> (8 * b));
     }
