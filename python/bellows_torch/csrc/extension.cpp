@@ -182,6 +182,16 @@ std::unique_ptr<bucket_runner> with_detector(const hook_config& cfg, C low, C hi
       bucket, shapes);
 }
 
+/// Top-k's or rand-k's parameters at one level (a ratio).
+template <class Params>
+Params sparse_params(const hook_config& cfg, double ratio, std::uint64_t seed) {
+  Params p;
+  p.ratio = ratio;
+  p.seed = seed;
+  set_feedback(p, cfg.feedback);
+  return p;
+}
+
 /// The synchronizer of one bucket for a configuration; the hook and reference() both use it.
 std::unique_ptr<bucket_runner> make_runner(const hook_config& cfg, bellows::cpu::executor& exec,
                                            std::size_t bucket, std::span<const bellows::shape> shapes) {
@@ -189,28 +199,14 @@ std::unique_ptr<bucket_runner> make_runner(const hook_config& cfg, bellows::cpu:
   const double high = cfg.accordion ? cfg.high : cfg.low;
   if (cfg.family == "identity")
     return with_detector(cfg, bellows::identity<>(exec), bellows::identity<>(exec), exec, bucket, shapes);
-  if (cfg.family == "topk") {
-    auto make = [&](double ratio) {
-      bellows::topk_params p;
-      p.ratio = ratio;
-      p.seed = seed;
-      set_feedback(p, cfg.feedback);
-      return p;
-    };
-    return with_detector(cfg, bellows::topk<>(make(cfg.low), exec), bellows::topk<>(make(high), exec),
+  if (cfg.family == "topk")
+    return with_detector(cfg, bellows::topk<>(sparse_params<bellows::topk_params>(cfg, cfg.low, seed), exec),
+                         bellows::topk<>(sparse_params<bellows::topk_params>(cfg, high, seed), exec),
                          exec, bucket, shapes);
-  }
-  if (cfg.family == "randk") {
-    auto make = [&](double ratio) {
-      bellows::randk_params p;
-      p.ratio = ratio;
-      p.seed = seed;
-      set_feedback(p, cfg.feedback);
-      return p;
-    };
-    return with_detector(cfg, bellows::randk<>(make(cfg.low), exec), bellows::randk<>(make(high), exec),
+  if (cfg.family == "randk")
+    return with_detector(cfg, bellows::randk<>(sparse_params<bellows::randk_params>(cfg, cfg.low, seed), exec),
+                         bellows::randk<>(sparse_params<bellows::randk_params>(cfg, high, seed), exec),
                          exec, bucket, shapes);
-  }
   if (cfg.family == "powersgd") {
     auto make = [&](double rank) {
       BELLOWS_EXPECTS(rank >= 1 && rank == static_cast<double>(static_cast<std::size_t>(rank)),
