@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Fashion-MNIST on PyTorch DistributedDataParallel (gloo, CPU), the same training averaged five
+ways, one after the other:
+
+  no hook                  DDP's own allreduce
+  torch PowerSGD rank R    PyTorch's powerSGD_hook (start_powerSGD_iter = 2, its least)
+  bellows PowerSGD rank R  bellows_torch.hook, PowerSGD at rank R always
+  bellows PowerSGD rank r  the same at the high-compression rank r
+  bellows Accordion R<->r  bellows PowerSGD switched per layer by Accordion (checked every epoch)
+
+and prints a table of test accuracy, floats each worker sent per step and time per step.
+Needs: python3-torch, bellows_torch installed (pip install --no-build-isolation ./python), and
+Debian's dataset-fashion-mnist. Usage: train.py [--epochs 6] [--train-limit 20000] [--out DIR]"""
+import argparse
+import gzip
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_psgd
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import bellows_torch
+
+DATA = "/usr/share/datasets/fashion-mnist"  # dpkg -L dataset-fashion-mnist
+
+
+def read_idx(name):
+    """An IDX file of the package as a numpy array (images: n x 28 x 28 uint8; labels: n)."""
+    with gzip.open(os.path.join(DATA, name)) as f:
+        raw = f.read()
+    dims = raw[3]
+    shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def load(prefix, limit):
+    x = torch.from_numpy(read_idx(f"{prefix}-images-idx3-ubyte.gz")[:limit].astype(np.float32) / 255.0)
+    y = torch.from_numpy(read_idx(f"{prefix}-labels-idx1-ubyte.gz")[:limit].astype(np.int64))
+    return ((x - 0.2860) / 0.3530).unsqueeze(1), y  # the training set's mean and deviation
+
+
+def model():
+    """The MLP 784-256-128-10 of the C++ demo (examples/fmnist)."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                         nn.Linear(128, 10))
+
+
+def torch_powersgd_waiting(state, bucket):
+    """PyTorch's powerSGD_hook, waited for before DDP moves to the next bucket. Unwaited, on gloo
+    with several buckets, its chained allreduces (issued from completion callbacks) reach the two
+    processes in different orders and gloo aborts (pair.cc: op.preamble.length <= op.nbytes).
+    Waiting also puts it on the footing of bellows' hook, which is synchronous."""
+    fut = torch_psgd.powerSGD_hook(state, bucket)
+    fut.wait()
+    return fut
+
+
+def runs(args):
+    high, low = args.rank_high, args.rank_low
+    return [
+        ("no hook", None),
+        (f"torch PowerSGD rank {low}", ("torch", low)),
+        (f"bellows PowerSGD rank {low}", ("bellows", dict(compressor="powersgd", low=low))),
+        (f"bellows PowerSGD rank {high}", ("bellows", dict(compressor="powersgd", low=high))),
+        (f"bellows Accordion rank {low} <-> {high}",
+         ("bellows", dict(compressor="powersgd", low=low, high=high, accordion=True, interval=1))),
+    ]
+
+
+def lr_at(args, epoch):
+    return args.lr * (0.1 if epoch >= args.decay_epoch else 1.0)
+
+
+def train_one(rank, world, args, how, data):
+    (xtr, ytr), (xte, yte) = data
+    torch.manual_seed(args.seed)
+    net = DDP(model())
+    params = sum(p.numel() for p in net.parameters())
+    state = None
+    if how is not None and how[0] == "torch":
+        state = torch_psgd.PowerSGDState(process_group=None, matrix_approximation_rank=how[1],
+                                         start_powerSGD_iter=2, random_seed=args.seed)
+        net.register_comm_hook(state, torch_powersgd_waiting)
+    elif how is not None:
+        state = bellows_torch.State(seed=args.seed, **how[1])
+        net.register_comm_hook(state, bellows_torch.hook)
+    opt = torch.optim.SGD(net.parameters(), lr=lr_at(args, 0), momentum=0.9)
+    gen = torch.Generator().manual_seed(args.seed)
+    steps, seconds, history = 0, 0.0, []
+    for epoch in range(args.epochs):
+        order = torch.randperm(len(xtr), generator=gen)
+        mine = order[rank::world]  # each worker its share of the epoch
+        usable = len(mine) // args.batch * args.batch
+        net.train()
+        start = time.perf_counter()
+        for at in range(0, usable, args.batch):
+            idx = mine[at:at + args.batch]
+            opt.zero_grad()
+            nn.functional.cross_entropy(net(xtr[idx]), ytr[idx]).backward()
+            opt.step()
+            steps += 1
+        seconds += time.perf_counter() - start
+        next_lr = lr_at(args, epoch + 1)
+        if isinstance(state, bellows_torch.State):
+            state.end_epoch(next_lr)
+        for g in opt.param_groups:
+            g["lr"] = next_lr
+        net.eval()
+        with torch.no_grad():
+            accuracy = (net.module(xte).argmax(1) == yte).float().mean().item()
+        levels = None
+        if isinstance(state, bellows_torch.State):
+            levels = sorted({layer["level"] for layers in state.telemetry().values()
+                             for layer in layers if layer["compressed"]})
+        history.append(dict(epoch=epoch + 1, accuracy=accuracy, levels=levels))
+    if how is None:
+        floats = params * steps  # DDP allreduces every gradient every step
+    elif how[0] == "torch":
+        # PyTorch counts what its compressed steps sent; its first two steps are plain allreduces.
+        floats = state.total_numel_after_compression + params * state.start_powerSGD_iter
+    else:
+        floats = state.floats_sent()
+    return dict(accuracy=history[-1]["accuracy"], floats_per_step=floats / steps,
+                ms_per_step=1000.0 * seconds / steps, steps=steps, params=params, history=history)
+
+
+def worker(rank, world, store, out, args):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    data = load("train", args.train_limit), load("t10k", args.test_limit)
+    results = []
+    for label, how in runs(args):
+        r = train_one(rank, world, args, how, data)
+        r["label"] = label
+        if rank == 0:
+            print(f"{label}: accuracy {100 * r['accuracy']:.2f}%, {r['floats_per_step']:.0f} floats/step, "
+                  f"{r['ms_per_step']:.1f} ms/step", flush=True)
+        results.append(r)
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(results, f)
+    dist.destroy_process_group()
+
+
+def table(results):
+    dense = results[0]["floats_per_step"]
+    lines = ["| averaging | test accuracy | floats sent per step (per worker) | vs. no hook | time per step |",
+             "|---|---:|---:|---:|---:|"]
+    for r in results:
+        lines.append(f"| {r['label']} | {100 * r['accuracy']:.2f}% | {r['floats_per_step']:,.0f} | "
+                     f"{dense / r['floats_per_step']:.1f}x fewer | {r['ms_per_step']:.1f} ms |")
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--train-limit", type=int, default=20000, help="training images used (60000: all)")
+    p.add_argument("--test-limit", type=int, default=10000)
+    p.add_argument("--batch", type=int, default=64, help="per worker")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--decay-epoch", type=int, default=4, help="lr x0.1 from this (0-based) epoch on")
+    p.add_argument("--rank-low", type=int, default=4, help="PowerSGD rank of the low-compression level")
+    p.add_argument("--rank-high", type=int, default=1, help="PowerSGD rank of the high-compression level")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", help="directory for results.json and results.md")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "results.json")
+        start = time.time()
+        mp.spawn(worker, args=(args.workers, os.path.join(tmp, "store"), out, args), nprocs=args.workers)
+        with open(out) as f:
+            results = json.load(f)
+    text = table(results)
+    for r in results:
+        if "Accordion" in r["label"]:
+            # the levels in force after each epoch's end_epoch, i.e. during the next epoch
+            text += (f"\n\n{r['label']}: compressed layers' levels decided after each epoch: "
+                     + ", ".join("/".join(h["levels"]) for h in r["history"]) + ".")
+    setting = (f"{args.workers} gloo workers, {args.epochs} epochs of {args.train_limit} training images "
+               f"(batch {args.batch} per worker, SGD lr {args.lr} momentum 0.9, x0.1 from epoch "
+               f"{args.decay_epoch + 1}), test accuracy on {args.test_limit} images; "
+               f"{time.time() - start:.0f} s in all, load average {os.getloadavg()[0]:.1f} at the end")
+    print(text)
+    print(setting)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "results.json"), "w") as f:
+            json.dump(dict(setting=vars(args), results=results), f, indent=1)
+        with open(os.path.join(args.out, "results.md"), "w") as f:
+            f.write(f"{text}\n\n{setting}.\n")
+
+
+if __name__ == "__main__":
+    main()
