@@ -10,12 +10,12 @@
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstddef>
 #include <random>
 #include <vector>
 
 #include "bellows/cuda/check.cuh"
+#include "stream_floor.hpp"
 
 namespace bellows::bench {
 
@@ -80,8 +80,7 @@ inline double device_read_seconds(const float* x, std::size_t n, int repeats = 9
   }
   BELLOWS_CUDA_CHECK(cudaFree(sink));
   t.erase(t.begin());
-  std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
-  return t[t.size() / 2];
+  return median(t);
 }
 
 /// n seeded normal floats in device memory (freed by the caller with cudaFree).
@@ -96,21 +95,21 @@ inline float* device_normals(std::size_t n, unsigned seed) {
   return p;
 }
 
-/// Runs body() once per iteration between CUDA events (manual time), then adds x_floor and
-/// floor_ms against a device read of n floats at x measured right after.
+/// Runs body() once per iteration between CUDA events (manual time), then adds x_floor (the
+/// median iteration over the median device read of n floats at x, measured right after, as the
+/// CPU benchmarks take median over median) and floor_ms.
 template <class Body>
 void run_timed(benchmark::State& state, const float* x, std::size_t n, Body&& body) {
   event_timer timer;
-  double total = 0;
+  std::vector<double> times;
   for (auto _ : state) {
     timer.start();
     body();
-    const double s = timer.stop();
-    state.SetIterationTime(s);
-    total += s;
+    times.push_back(timer.stop());
+    state.SetIterationTime(times.back());
   }
   const double floor_s = device_read_seconds(x, n);
-  state.counters["x_floor"] = total / static_cast<double>(state.iterations()) / floor_s;
+  state.counters["x_floor"] = median(times) / floor_s;
   state.counters["floor_ms"] = floor_s * 1e3;
 }
 
