@@ -40,13 +40,25 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=c
   || echo "no nvidia-smi" >"$out/gpu.txt"
 
 echo "== configure and build (sm_90)"
-cmake -S "$root" -B "$build/tree" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DBELLOWS_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+nvcc=$(command -v nvcc)
+# NCCL: the toolkit's, else the one of the nvidia-nccl wheel beside PyTorch (only a versioned .so).
+nccl_args=()
+if [ ! -e "$(dirname "$nvcc")/../include/nccl.h" ]; then
+  wheel=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
+  if [ -n "$wheel" ] && [ -e "$wheel/include/nccl.h" ]; then
+    nccl_args=(-DBELLOWS_NCCL_INCLUDE_DIR="$wheel/include" -DBELLOWS_NCCL_LIBRARY="$(ls "$wheel"/lib/libnccl.so* | head -1)")
+    export LD_LIBRARY_PATH=$wheel/lib:$LD_LIBRARY_PATH
+  fi
+fi
+cmake -S "$root" -B "$build/tree" -G Ninja -DCMAKE_BUILD_TYPE=Release "${nccl_args[@]}" \
+  -DBELLOWS_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$nvcc" \
   -DBELLOWS_BUILD_TESTS=ON -DBELLOWS_BUILD_BENCHMARKS=ON -DBELLOWS_BUILD_EXAMPLES=OFF -DBELLOWS_INSTALL=OFF \
   -DCMAKE_PREFIX_PATH="$prefix" -DZLIB_ROOT="$prefix" >"$out/configure.log" 2>&1 \
   || { tail -30 "$out/configure.log"; exit 1; }
-mapfile -t tests < <(cd "$root/tests/cuda" && ls test_*.cu | sed 's/^test_\(.*\)\.cu$/test_cuda_\1/')
-mapfile -t benches < <(cd "$root/bench/cuda" && ls bench_*.cu | sed 's/^bench_\(.*\)\.cu$/bench_cuda_\1/')
+# The CUDA targets this configuration has (test_cuda_nccl only where NCCL was found).
+mapfile -t tests < <(ninja -C "$build/tree" -t targets all | sed -n 's/^\(test_cuda_[a-z0-9_]*\): .*/\1/p' | sort -u)
+mapfile -t benches < <(ninja -C "$build/tree" -t targets all | sed -n 's/^\(bench_cuda_[a-z0-9_]*\): .*/\1/p' | sort -u)
+echo "   targets: ${tests[*]} ${benches[*]}"
 cmake --build "$build/tree" -j "$(nproc)" --target "${tests[@]}" "${benches[@]}" >"$out/build.log" 2>&1 \
   || { grep -B2 -A12 -m3 'error' "$out/build.log"; exit 1; }
 echo "   built in $(( $(date +%s) - start )) s"
