@@ -253,6 +253,26 @@ TEST_CASE_TEMPLATE("conformance: malformed payloads raise wire_error and leave t
     }
     // An empty block from a collective.
     CHECK_THROWS_AS((void)c.validate(st, {}), bellows::wire_error);
+    // Oversized: bytes after the payload that the header does not count, or that it counts as
+    // body (zeros after the arrays), or a count whose arrays would pass the end of memory.
+    {
+      payload_storage bigger(payload.size() + 64);
+      std::memcpy(bigger.bytes().data(), payload.data(), payload.size());
+      CHECK_THROWS_WITH_AS((void)c.decode_add(st, bigger.bytes().first(payload.size() + 8), acc),
+                           doctest::Contains("body bytes"), bellows::wire_error);
+      bellows::wire::header h;
+      std::memcpy(&h, payload.data(), sizeof h);
+      h.body_bytes += 64;
+      std::memcpy(bigger.bytes().data(), &h, sizeof h);
+      CHECK_THROWS_AS((void)c.decode_add(st, bigger.bytes(), acc), bellows::wire_error);
+      for (std::uint64_t count : {std::uint64_t{1} << 61, std::uint64_t{1} << 62, ~std::uint64_t{0}}) {
+        h.body_bytes -= 64;
+        h.count = count;
+        std::memcpy(bigger.bytes().data(), &h, sizeof h);
+        CHECK_THROWS_AS((void)c.decode_add(st, bigger.bytes().first(payload.size()), acc), bellows::wire_error);
+        h.body_bytes += 64;
+      }
+    }
     CHECK(acc == before);
 
     // A sender's non-finite input is flagged, and decoding it adds nothing.
@@ -262,5 +282,37 @@ TEST_CASE_TEMPLATE("conformance: malformed payloads raise wire_error and leave t
     CHECK(c.validate(st, flagged) == bellows::step_status::non_finite);
     CHECK(c.decode_add(st, flagged, acc) == bellows::step_status::non_finite);
     CHECK(acc == before);
+  }
+}
+
+TEST_CASE_TEMPLATE("conformance: layers of no element and of one element", Case, CONFORMANCE_CASES) {
+  using C = typename Case::compressor;
+  for (const bellows::shape& shp : {bellows::shape{0}, bellows::shape{5, 0}, bellows::shape{}, bellows::shape{1},
+                                    bellows::shape{1, 1}}) {
+    CAPTURE(shp.to_string());
+    const std::size_t n = shp.size();
+    const auto rec = run<Case>(2, shp, 3, [&](std::size_t r, int s) {
+      return std::vector<float>(n, static_cast<float>(r) * 1.5f + static_cast<float>(s) - 0.75f);
+    });
+    for (const auto& rank : rec)
+      for (std::size_t s = 0; s < rank.size(); ++s) {
+        CHECK(rank[s].result.status == bellows::step_status::ok);
+        REQUIRE(rank[s].out.size() == n);
+        // One element: the average of the two ranks' values, s - 0.75 and s + 0.75 (QSGD: up to
+        // its rounding).
+        if (n == 1) CHECK(std::abs(rank[s].out[0] - static_cast<float>(s)) <= 0.01f);
+      }
+    if constexpr (bellows::PayloadCodec<C>) {
+      bellows::cpu::executor exec(1);
+      const C c = Case::make(exec);
+      auto st = c.make_state({0, "odd", shp});
+      payload_storage buf(c.max_payload_bytes(st));
+      const std::vector<float> x(n, 2.5f);
+      const auto payload = c.encode(st, x, buf.bytes(), 0);
+      std::vector<float> acc(n, 1.0f);
+      CHECK(c.decode_add(st, payload, acc) == bellows::step_status::ok);
+      if (n == 1) CHECK(std::abs(acc[0] - 3.5f) <= 0.03f);
+      CHECK_THROWS_AS((void)c.validate(st, payload.first(payload.size() - 8)), bellows::wire_error);
+    }
   }
 }

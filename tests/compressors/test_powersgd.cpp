@@ -440,3 +440,56 @@ TEST_CASE("powersgd: two steps agree with PyTorch's hook arithmetic from the sam
     }
   }
 }
+
+TEST_CASE("powersgd: a rank larger than the matrix is r' = min(r, n, m); at full rank the average is exact") {
+  bellows::cpu::executor exec(1);
+  const bellows::shape shp{6, 9};
+  const std::size_t n = shp.size(), w = 2;
+  for (std::size_t rank : {std::size_t{6}, std::size_t{7}, std::size_t{1000}, std::numeric_limits<std::size_t>::max()}) {
+    CAPTURE(rank);
+    // By the default rule a full-rank factorisation never pays ((n + m) min(n, m) >= n m): the
+    // layer is averaged uncompressed. A lenient rule compresses it at r' = 6 = min(n, m).
+    const bellows::powersgd<> strict({.rank = rank}, exec);
+    auto plain = strict.make_state({0, "w", shp});
+    CHECK_FALSE(plain.compressed());
+    const bellows::powersgd<> lenient({.rank = rank, .min_compression_rate = 0.5f}, exec);
+    auto st = lenient.make_state({0, "w", shp});
+    CHECK(st.rank == 6);
+    CHECK(st.query.size() == 9 * 6);
+    lenient.set_rank(st, rank);
+    CHECK(st.rank == 6);
+  }
+  // Full rank reconstructs the mean of M exactly up to rounding.
+  std::vector<float> expected(n, 0.0f);
+  for (std::size_t r = 0; r < w; ++r) {
+    const auto x = bellows::testing::normal_floats(n, 40 + r);
+    for (std::size_t i = 0; i < n; ++i) expected[i] += x[i] / static_cast<float>(w);
+  }
+  local_group group(w);
+  std::atomic<int> right{0};
+  group.run([&](local& comm) {
+    bellows::powersgd<> c({.rank = 100, .min_compression_rate = 0.5f}, exec);
+    auto st = c.make_state({0, "w", shp});
+    auto x = bellows::testing::normal_floats(n, 40 + comm.rank());
+    bool ok = c.reduce(st, x, comm).status == bellows::step_status::ok && st.compressed() && st.rank == 6;
+    // P (6 x 6, orthonormal) spans every column: P P^T (the mean of M) is the mean itself.
+    for (std::size_t i = 0; i < n; ++i) ok = ok && std::abs(x[i] - expected[i]) < 1e-4f;
+    if (ok) ++right;
+  });
+  CHECK(right == static_cast<int>(w));
+  // A checkpoint that claims a rank beyond min(n, m) is refused, and the state keeps its rank.
+  const bellows::powersgd<> c({.rank = 3, .min_compression_rate = 0.5f}, exec);
+  auto st = c.make_state({0, "w", shp});
+  bellows::checkpoint_writer bad;
+  bad.put<std::uint64_t>(7);  // rank
+  bad.put<std::uint64_t>(1);  // step
+  bad.put<std::uint8_t>(0);   // no memory
+  bad.put_array(std::span<const float>());
+  bad.put<std::uint64_t>(7);  // query columns
+  const std::vector<float> query(7 * 9, 1.0f);
+  bad.put_array(std::span<const float>(query));
+  bellows::checkpoint_reader in(bad.bytes());
+  CHECK_THROWS_WITH_AS(c.load(st, in), doctest::Contains("checkpoint rank 7 (at most 6)"), bellows::wire_error);
+  CHECK(st.rank == 3);
+  CHECK(st.step == 0);
+}

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "../support/random.hpp"
@@ -209,7 +210,11 @@ TEST_CASE("qsgd: malformed payloads raise wire_error") {
 }
 
 TEST_CASE("qsgd: bad configuration raises bellows::error naming the value") {
-  CHECK_THROWS_WITH_AS(bellows::qsgd<>({.bits = 3}), doctest::Contains("got 3"), bellows::error);
+  for (unsigned bits : {0u, 1u, 3u, 5u, 7u, 16u, 32u, 255u}) {
+    CAPTURE(bits);
+    const std::string expected = "bits must be 2, 4 or 8, got " + std::to_string(bits);
+    CHECK_THROWS_WITH_AS(bellows::qsgd<>({.bits = bits}), doctest::Contains(expected.c_str()), bellows::error);
+  }
   CHECK_THROWS_WITH_AS(bellows::qsgd<>({.bucket = 0}), doctest::Contains("got 0"), bellows::error);
   CHECK_THROWS_WITH_AS(bellows::qsgd<>({.bucket = std::size_t{1} << 24}), doctest::Contains("16777216"), bellows::error);
   const bellows::qsgd<> c;
@@ -218,4 +223,19 @@ TEST_CASE("qsgd: bad configuration raises bellows::error naming the value") {
   bellows::archetypes::collective solo;
   CHECK_THROWS_WITH_AS((void)c.encode(st, x, {}, 0), doctest::Contains("head.weight"), bellows::error);
   CHECK_THROWS_WITH_AS((void)bellows::qsgd<>().reduce(st, x, solo), doctest::Contains("head.weight"), bellows::error);
+}
+
+TEST_CASE("qsgd: a layer of 2^34 elements or more is refused before anything is allocated; sizes below fit") {
+  const bellows::qsgd<> c({.bits = 8, .bucket = 1});
+  for (const bellows::shape& shp : {bellows::shape{std::size_t{1} << 34}, bellows::shape{std::size_t{1} << 33, 2},
+                                    bellows::shape{std::size_t{1} << 62}}) {
+    CAPTURE(shp.to_string());
+    CHECK_THROWS_WITH_AS((void)c.make_state({0, "embedding", shp}), doctest::Contains("layer 'embedding'"),
+                         bellows::error);
+  }
+  // Below the bound the packed bits, n b <= 2^37, and the payload (one scale per element at the
+  // smallest bucket: 4 n + n + 40 bytes) are far from overflowing.
+  const bellows::cpu::code_layout largest{8, 1, (std::size_t{1} << 34) - 1};
+  CHECK(largest.code_bytes() == (std::size_t{1} << 34) - 1);
+  CHECK(largest.buckets() == (std::size_t{1} << 34) - 1);
 }

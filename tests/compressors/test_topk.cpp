@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "../support/allocation_counter.hpp"
 #include "../support/random.hpp"
 #include "sparse_checks.hpp"
@@ -316,4 +318,117 @@ TEST_CASE("topk: stage changes nothing until commit; commit needs a finite stage
 
 TEST_CASE("topk: save and load restore the step and the memory") {
   bellows::testing::check_save_load([](bellows::cpu::executor& exec) { return bellows::topk<>({.ratio = 0.1}, exec); });
+}
+
+namespace {
+
+/// n floats of zero-filled address space that cost memory only where written (or nothing, when
+/// the system refuses the mapping: empty then).
+struct mapped_floats {
+  float* data = nullptr;
+  std::size_t n = 0;
+  explicit mapped_floats(std::size_t count) {
+    void* p = ::mmap(nullptr, count * sizeof(float), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return;
+    (void)::madvise(p, count * sizeof(float), MADV_HUGEPAGE);  // reads then map the huge zero page
+    data = static_cast<float*>(p);
+    n = count;
+  }
+  mapped_floats(const mapped_floats&) = delete;
+  mapped_floats& operator=(const mapped_floats&) = delete;
+  ~mapped_floats() {
+    if (data != nullptr) ::munmap(data, n * sizeof(float));
+  }
+  std::span<float> span() { return {data, n}; }
+};
+
+}  // namespace
+
+TEST_CASE("sparse payloads: 32-bit indices below 2^32 elements, 64-bit from 2^32 on; their sizes are checked") {
+  using bellows::detail::sparse_payload_bytes;
+  using bellows::detail::wide_indices;
+  constexpr std::uint64_t two32 = std::uint64_t{1} << 32;
+  CHECK_FALSE(wide_indices(0));
+  CHECK_FALSE(wide_indices(std::uint64_t{1} << 31));  // signed 32-bit would overflow here; unsigned does not
+  CHECK_FALSE(wide_indices(two32 - 1));               // the largest index, 2^32 - 2, fits 32 bits
+  CHECK(wide_indices(two32));
+  CHECK(wide_indices(~std::uint64_t{0}));
+  // Header, then 3 indices of 4 or 8 bytes, then 3 floats, padded to 8.
+  CHECK(sparse_payload_bytes(two32 - 1, 3) == 40 + 24);
+  CHECK(sparse_payload_bytes(two32, 3) == 40 + 40);
+  // Counts whose bytes do not fit std::size_t raise instead of wrapping.
+  CHECK_THROWS_WITH_AS((void)sparse_payload_bytes(two32 * 4, std::size_t{1} << 61), doctest::Contains("overflows"),
+                       bellows::error);
+  CHECK_THROWS_AS((void)sparse_payload_bytes(100, std::size_t{1} << 62), bellows::error);
+  CHECK_THROWS_AS((void)sparse_payload_bytes(two32, (std::size_t{1} << 61) - 1), bellows::error);  // + the floats
+  // A compressor's state for a layer of 2^32 + 5 elements sizes its payloads with 64-bit indices.
+  bellows::cpu::executor exec(1);
+  const bellows::topk<> c({.k = 4, .feedback = bellows::feedback::none}, exec);
+  const auto st = c.make_state({0, "embedding", bellows::shape{two32 + 5}});
+  CHECK(c.max_payload_bytes(st) == 40 + 32 + 16);
+  const auto narrow = c.make_state({0, "embedding", bellows::shape{two32 - 1}});
+  CHECK(c.max_payload_bytes(narrow) == 40 + 16 + 16);
+}
+
+TEST_CASE("topk: a layer of more than 2^32 elements carries indices past 2^32 through encode and decode") {
+  constexpr std::size_t two32 = std::size_t{1} << 32, n = two32 + 4096;
+  const bellows::layer_info layer{0, "embedding", bellows::shape{n}};
+  const std::pair<std::uint64_t, float> spikes[] = {{5, -3.0f}, {two32 - 1, 4.0f}, {two32, -5.0f}, {n - 1, 6.0f}};
+
+  // The codec alone, without any dense buffer: write the payload of four entries, read it back.
+  payload_storage buf(bellows::detail::sparse_payload_bytes(n, 4));
+  const auto payload = bellows::detail::write_sparse<bellows::cpu::sparse_arrays>(
+      buf.bytes(), bellows::wire::codec::topk, n, [&](auto begin) {
+        const auto arrays = begin(4);
+        for (std::size_t j = 0; j < 4; ++j) {
+          arrays.index[j] = static_cast<typename decltype(arrays)::index_type>(spikes[j].first);
+          arrays.value[j] = spikes[j].second;
+        }
+        return true;
+      });
+  CHECK(bellows::detail::header_of(payload).flags == bellows::wire::flag::index64);
+  const auto entries = bellows::detail::read_sparse(payload, bellows::wire::codec::topk, layer, 4, 4);
+  REQUIRE(entries.index64.size() == 4);
+  CHECK(entries.index32.empty());
+  for (std::size_t j = 0; j < 4; ++j) {
+    CHECK(entries.index64[j] == spikes[j].first);
+    CHECK(entries.value[j] == spikes[j].second);
+  }
+  // An index at n, and the same entries claimed as 32-bit, are refused.
+  {
+    payload_storage bad(payload.size());
+    std::memcpy(bad.bytes().data(), payload.data(), payload.size());
+    const std::uint64_t past = n;
+    std::memcpy(bad.bytes().data() + bellows::wire::header_bytes + 24, &past, 8);
+    CHECK_THROWS_WITH_AS((void)bellows::detail::read_sparse(bad.bytes().first(payload.size()),
+                                                            bellows::wire::codec::topk, layer, 4, 4),
+                         doctest::Contains("has index 4294971392"), bellows::wire_error);
+    bad.bytes()[7] = std::byte{0};
+    CHECK_THROWS_WITH_AS((void)bellows::detail::read_sparse(bad.bytes().first(payload.size()),
+                                                            bellows::wire::codec::topk, layer, 4, 4),
+                         doctest::Contains("32-bit indices"), bellows::wire_error);
+  }
+
+  // The compressor end to end, on 16 GiB of mapped zeros (the pages written cost memory).
+  mapped_floats in(n), acc(n);
+  if (in.data == nullptr || acc.data == nullptr) {
+    MESSAGE("no 16 GiB mapping here: the end-to-end part is skipped");
+    return;
+  }
+  for (const auto& [i, v] : spikes) in.data[i] = v;
+  bellows::cpu::executor exec(1);
+  const bellows::topk<> c({.k = 4, .feedback = bellows::feedback::none}, exec);
+  auto st = c.make_state(layer);
+  payload_storage out(c.max_payload_bytes(st));
+  const auto encoded = c.encode(st, in.span(), out.bytes());
+  const auto got = bellows::detail::read_sparse(encoded, bellows::wire::codec::topk, layer, 4, 4);
+  REQUIRE(got.index64.size() == 4);
+  for (std::size_t j = 0; j < 4; ++j) {
+    CHECK(got.index64[j] == spikes[j].first);
+    CHECK(got.value[j] == spikes[j].second);
+  }
+  CHECK(c.decode_add(st, encoded, acc.span()) == bellows::step_status::ok);
+  for (const auto& [i, v] : spikes) CHECK(acc.data[i] == v);
+  for (std::size_t i : {std::size_t{4}, std::size_t{6}, two32 - 2, two32 + 1, n - 2}) CHECK(acc.data[i] == 0.0f);
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace wire = bellows::wire;
@@ -133,4 +134,35 @@ TEST_CASE("wire: the writer refuses storage that cannot hold the payload") {
   CHECK_THROWS_AS((void)w.array<float>(3), bellows::error);
   std::vector<std::uint64_t> tiny(2);
   CHECK_THROWS_AS(wire::writer(std::as_writable_bytes(std::span(tiny)), wire::header{}), bellows::error);
+}
+
+TEST_CASE("wire: size arithmetic is checked; counts whose byte size wraps are refused, not trusted") {
+  constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
+  CHECK(wire::array_end<float>(5, 3) == 8 + 12);
+  CHECK(wire::array_end<std::uint64_t>(4, 2) == 8 + 16);
+  CHECK(wire::padded(17) == 24);
+  CHECK(wire::payload_bytes(17) == wire::header_bytes + 24);
+  // 2^62 floats are 2^64 bytes: the product wraps to 0.
+  CHECK_THROWS_WITH_AS((void)wire::array_end<float>(0, std::size_t{1} << 62), doctest::Contains("overflows"),
+                       bellows::error);
+  CHECK_THROWS_WITH_AS((void)wire::array_end<std::uint64_t>(0, max / 8 + 1), doctest::Contains("overflows"),
+                       bellows::error);
+  CHECK_THROWS_AS((void)wire::array_end<std::uint64_t>(max - 3, 0), bellows::error);       // aligning the start
+  CHECK_THROWS_AS((void)wire::array_end<float>(max - 7, 2), bellows::error);               // start + bytes
+  CHECK_THROWS_AS((void)wire::padded(max - 3), bellows::error);
+  CHECK_THROWS_AS((void)wire::payload_bytes(max - wire::header_bytes), bellows::error);
+  CHECK(wire::array_end<float>(0, max / 4) == max / 4 * 4);  // the largest that fits
+  // The writer: an array of 2^62 floats wrapped to 0 bytes once and passed the storage check.
+  storage s(256);
+  wire::writer w(s.bytes(), wire::header{});
+  CHECK_THROWS_WITH_AS((void)w.array<float>(std::size_t{1} << 62), doctest::Contains("overruns"), bellows::error);
+  CHECK_THROWS_AS((void)w.array<std::uint64_t>(max / 8 + 2), bellows::error);
+  CHECK(w.array<float>(3).size() == 3);  // refused arrays took nothing
+  CHECK(w.finish().size() == wire::header_bytes + 16);
+  // The reader: a count of 2^61 uint64 (2^64 bytes) is refused by division, never multiplied.
+  const auto good = write_sparse(s);
+  wire::reader r(good, wire::codec::topk);
+  CHECK_THROWS_WITH_AS((void)r.array<std::uint64_t>(std::uint64_t{1} << 61), doctest::Contains("overruns"),
+                       bellows::wire_error);
+  CHECK_THROWS_AS((void)r.array<float>(max), bellows::wire_error);
 }

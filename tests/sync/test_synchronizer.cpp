@@ -1,17 +1,28 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <bellows/collectives/local.hpp>
 #include <bellows/compressors/identity.hpp>
+#include <bellows/compressors/powersgd.hpp>
+#include <bellows/compressors/topk.hpp>
 #include <bellows/regime/static_policy.hpp>
 #include <bellows/sync/synchronizer.hpp>
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <future>
+#include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../support/random.hpp"
 
@@ -251,4 +262,299 @@ TEST_CASE("synchronizer: save and load mid-run continue bit-identically; bad fil
     CHECK(resumed_total[r] == straight_total[r]);
   }
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+using critical_policy = bellows::static_policy;
+
+/// A synchronizer with state worth keeping: top-k with error memories at two ratios.
+auto make_topk_sync() {
+  bellows::synchronizer sync(bellows::topk<>({.ratio = 0.1}), bellows::topk<>({.ratio = 0.05}),
+                             critical_policy(bellows::regime::critical));
+  for (std::uint32_t id = 0; id < 3; ++id) sync.add_layer(numbered("l", id), shapes[id]);
+  return sync;
+}
+
+std::vector<std::vector<float>> grads_of(std::size_t rank, int step) {
+  std::vector<std::vector<float>> g;
+  for (std::size_t id = 0; id < 3; ++id) g.push_back(grad(shapes[id].size(), rank, id, step));
+  return g;
+}
+
+/// Forwards to a local collective, except that on rank `fail_rank` operation number `fail_at`
+/// (counted from 0) throws instead, as a worker that loses its device mid-step would.
+struct failing_collective {
+  local& inner;
+  std::size_t fail_rank;
+  int fail_at;
+  int ops = 0;
+  [[nodiscard]] std::size_t rank() const { return inner.rank(); }
+  [[nodiscard]] std::size_t size() const { return inner.size(); }
+  void next() {
+    if (ops++ == fail_at && inner.rank() == fail_rank) throw std::runtime_error("rank 1 lost its device");
+  }
+  void allreduce_sum(std::span<float> v) {
+    next();
+    inner.allreduce_sum(v);
+  }
+  void allgather(std::span<const std::byte> mine, bellows::gather_buffer& out) {
+    next();
+    inner.allgather(mine, out);
+  }
+};
+
+/// group.run(fn), but a group still running after 60 s is aborted and the test fails, so that
+/// a hang shows as a failure.
+template <class Fn>
+void run_or_fail_on_hang(local_group& group, Fn&& fn) {
+  auto done = std::async(std::launch::async, [&] { group.run(fn); });
+  if (done.wait_for(std::chrono::seconds(60)) == std::future_status::timeout) {
+    group.abort("the test's watchdog: no progress for 60 s");
+    done.wait();
+    FAIL_CHECK("the group hung");
+  }
+  done.get();
+}
+
+}  // namespace
+
+TEST_CASE("synchronizer: a gradient of the wrong length, or too few of them, raise naming the layer; nothing changes") {
+  local_group group(2);
+  std::atomic<int> right{0};
+  group.run([&](local& comm) {
+    auto sync = make_topk_sync();
+    {
+      auto g = grads_of(comm.rank(), 0);  // a first step, so there are memories to keep
+      std::vector<std::span<float>> v(g.begin(), g.end());
+      (void)sync.step(v, comm);
+    }
+    const auto before = sync.checkpoint();
+    auto g = grads_of(comm.rank(), 1);
+    const auto original = g;
+    g[1].push_back(0.5f);  // layer l1 of shape 30 gets 31 values
+    std::vector<std::span<float>> v(g.begin(), g.end());
+    bool ok = false;
+    try {
+      (void)sync.step(v, comm);
+    } catch (const bellows::error& e) {
+      const std::string what = e.what();
+      ok = what.find("layer 'l1' of shape 30 has 30 elements, its gradient 31") != std::string::npos;
+    }
+    ok = ok && g[0] == original[0] && g[2] == original[2];  // no layer was reduced
+    ok = ok && sync.checkpoint() == before && sync.steps() == 1 && sync.telemetry()[0].steps == 1;
+    try {
+      (void)sync.step(std::span(v).first(2), comm);
+      ok = false;
+    } catch (const bellows::error& e) {
+      ok = ok && std::string(e.what()).find("2 gradients for 3 registered layers") != std::string::npos;
+    }
+    ok = ok && sync.checkpoint() == before;
+    // Nothing was exchanged either: the ranks are still in step for the next good call.
+    g = original;
+    std::vector<std::span<float>> good(g.begin(), g.end());
+    for (bellows::step_status s : sync.step(good, comm)) ok = ok && s == bellows::step_status::ok;
+    ok = ok && sync.steps() == 2;
+    if (ok) ++right;
+  });
+  CHECK(right == 2);
+}
+
+TEST_CASE("synchronizer: ranks that registered another count, name or order of layers all raise") {
+  constexpr std::size_t w = 3;
+  struct variant {
+    const char* what;
+    std::vector<std::pair<std::string, bellows::shape>> odd;  // the layers of rank 2
+  };
+  const std::vector<std::pair<std::string, bellows::shape>> usual{{"fc1", bellows::shape{10, 4}},
+                                                                  {"fc2", bellows::shape{4}}};
+  for (const variant& v : {variant{"an extra layer", {{"fc1", bellows::shape{10, 4}}, {"fc2", bellows::shape{4}},
+                                                      {"fc3", bellows::shape{4}}}},
+                           variant{"a missing layer", {{"fc1", bellows::shape{10, 4}}}},
+                           variant{"another name", {{"fc1", bellows::shape{10, 4}}, {"fc2.bias", bellows::shape{4}}}},
+                           variant{"another order", {{"fc2", bellows::shape{4}}, {"fc1", bellows::shape{10, 4}}}}}) {
+    CAPTURE(v.what);
+    local_group group(w);
+    std::atomic<int> raised{0};
+    CHECK_THROWS_AS(run_or_fail_on_hang(group, [&](local& comm) {
+      bellows::synchronizer sync(bellows::identity<>(), bellows::identity<>(), critical_policy(bellows::regime::critical));
+      std::vector<std::vector<float>> g;
+      for (const auto& [name, shp] : comm.rank() == 2 ? v.odd : usual) {
+        sync.add_layer(name, shp);
+        g.emplace_back(shp.size(), 1.0f);
+      }
+      std::vector<std::span<float>> views(g.begin(), g.end());
+      try {
+        (void)sync.step(views, comm);
+      } catch (const bellows::error& e) {
+        if (std::string(e.what()).find("different layers") != std::string::npos) ++raised;
+        throw;
+      }
+    }), bellows::error);
+    CHECK(raised == static_cast<int>(w));
+  }
+}
+
+TEST_CASE("synchronizer: a worker that throws mid-step makes every other rank raise collective_error, never hang") {
+  constexpr std::size_t w = 3;
+  // Operations of a step: [the layer check (first step only)], the finiteness flags, then per
+  // layer two allreduces (PowerSGD's P and Q; fc is compressed at rank 2) or one (the others).
+  for (int fail_at : {0, 1, 2, 3, 4, 5, 7, 8}) {
+    CAPTURE(fail_at);
+    local_group group(w);
+    std::atomic<int> others_failed{0}, finished{0};
+    std::string rethrown;
+    try {
+      run_or_fail_on_hang(group, [&](local& comm) {
+        failing_collective coll{comm, 1, fail_at};
+        bellows::synchronizer sync(bellows::powersgd<>({.rank = 2}), bellows::powersgd<>({.rank = 1}),
+                                   critical_policy(bellows::regime::critical));
+        for (std::uint32_t id = 0; id < 3; ++id) sync.add_layer(numbered("l", id), shapes[id]);
+        try {
+          for (int s = 0; s < 3; ++s) {
+            auto g = grads_of(comm.rank(), s);
+            std::vector<std::span<float>> v(g.begin(), g.end());
+            (void)sync.step(v, coll);
+          }
+          ++finished;
+        } catch (const bellows::collective_error&) {
+          if (comm.rank() != 1) ++others_failed;
+          throw;
+        }
+      });
+    } catch (const std::exception& e) {
+      rethrown = e.what();
+    }
+    CHECK(rethrown == "rank 1 lost its device");  // the root cause, not a consequence
+    CHECK(others_failed == static_cast<int>(w) - 1);
+    CHECK(finished == 0);
+  }
+}
+
+TEST_CASE("synchronizer: every truncation, another version, magic, configuration or layer set, a directory and a "
+          "missing file are refused and change nothing") {
+  bellows::archetypes::collective solo;
+  auto trained = make_topk_sync();
+  for (int s = 0; s < 2; ++s) {
+    auto g = grads_of(0, s);
+    std::vector<std::span<float>> v(g.begin(), g.end());
+    (void)trained.step(v, solo);
+  }
+  (void)trained.end_epoch(0.1f, solo);
+  const std::vector<std::byte> bytes = trained.checkpoint();
+
+  auto fresh = make_topk_sync();
+  const auto before = fresh.checkpoint();
+  REQUIRE(before != bytes);
+  std::size_t refused = 0;
+  for (std::size_t length = 0; length < bytes.size(); ++length) {
+    try {
+      fresh.restore(std::span(bytes).first(length));
+    } catch (const bellows::wire_error&) {
+      ++refused;
+    }
+  }
+  CHECK(refused == bytes.size());
+  CHECK(fresh.checkpoint() == before);
+  auto edited = [&](std::size_t offset, std::byte value) {
+    auto copy = bytes;
+    copy[offset] = value;
+    return copy;
+  };
+  auto longer = bytes;
+  longer.push_back(std::byte{0});
+  CHECK_THROWS_WITH_AS(fresh.restore(longer), doctest::Contains("unexpected bytes"), bellows::wire_error);
+  CHECK_THROWS_WITH_AS(fresh.restore(edited(0, std::byte{0})), doctest::Contains("not a bellows checkpoint"),
+                       bellows::wire_error);
+  CHECK_THROWS_WITH_AS(fresh.restore(edited(4, std::byte{99})), doctest::Contains("checkpoint version 99"),
+                       bellows::wire_error);
+  CHECK_THROWS_WITH_AS(fresh.restore(edited(8, std::byte{0x5a})), doctest::Contains("other layers"),
+                       bellows::wire_error);
+  // A NaN in a saved error memory would stall its layer (every later step non-finite): refused.
+  {
+    const std::span<const float> memory = trained.state(0).memory.values();
+    const auto nonzero = std::find_if(memory.begin(), memory.end(), [](float v) { return v != 0.0f; });
+    REQUIRE(nonzero != memory.end());
+    const auto* pattern = reinterpret_cast<const std::byte*>(&*nonzero);
+    const auto at = std::search(bytes.begin(), bytes.end(), pattern, pattern + sizeof(float));
+    REQUIRE(at != bytes.end());
+    auto poisoned = bytes;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(poisoned.data() + (at - bytes.begin()), &nan, sizeof nan);
+    CHECK_THROWS_WITH_AS(fresh.restore(poisoned), doctest::Contains("non-finite"), bellows::wire_error);
+  }
+  // The same layers under another configuration: top-k without error memories.
+  bellows::synchronizer no_memory(bellows::topk<>({.ratio = 0.1, .feedback = bellows::feedback::none}),
+                                  bellows::topk<>({.ratio = 0.05, .feedback = bellows::feedback::none}),
+                                  critical_policy(bellows::regime::critical));
+  for (std::uint32_t id = 0; id < 3; ++id) no_memory.add_layer(numbered("l", id), shapes[id]);
+  const auto no_memory_before = no_memory.checkpoint();
+  CHECK_THROWS_WITH_AS(no_memory.restore(bytes), doctest::Contains("expected 0"), bellows::wire_error);
+  CHECK(no_memory.checkpoint() == no_memory_before);
+  // Files: a directory and a missing file are named.
+  const auto dir = std::filesystem::temp_directory_path() / "bellows_sync_bad_files";
+  std::filesystem::create_directories(dir);
+  CHECK_THROWS_WITH_AS(fresh.load(dir), doctest::Contains("not a regular file"), bellows::error);
+  CHECK_THROWS_WITH_AS(fresh.load(dir / "missing.ckpt"), doctest::Contains("missing.ckpt"), bellows::error);
+  std::filesystem::remove_all(dir);
+  CHECK(fresh.checkpoint() == before);
+  // And the intact bytes restore completely.
+  fresh.restore(bytes);
+  CHECK(fresh.checkpoint() == bytes);
+}
+
+TEST_CASE("synchronizer: a save killed half-way (a real child process, SIGKILL) leaves the previous checkpoint") {
+  const auto dir = std::filesystem::temp_directory_path() / "bellows_sync_killed_save";
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "run.ckpt";
+  bellows::archetypes::collective solo;
+  auto sync = make_topk_sync();
+  auto one_step = [&](int s) {
+    auto g = grads_of(0, s);
+    std::vector<std::span<float>> v(g.begin(), g.end());
+    (void)sync.step(v, solo);
+  };
+  one_step(0);
+  sync.save(file);
+  const auto saved = sync.checkpoint();
+  one_step(1);
+  for (const auto stage : {bellows::detail::atomic_write_stage::half_written, bellows::detail::atomic_write_stage::flushed}) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      static bellows::detail::atomic_write_stage at;
+      at = stage;
+      bellows::detail::atomic_write_probe = [](bellows::detail::atomic_write_stage s) {
+        if (s == at) ::raise(SIGKILL);
+      };
+      try {
+        sync.save(file);
+      } catch (...) {
+      }
+      ::_exit(0);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
+    auto resumed = make_topk_sync();
+    resumed.load(file);
+    CHECK(resumed.checkpoint() == saved);
+  }
+  sync.save(file);  // the next save replaces the temporary file a killed one left
+  CHECK_FALSE(std::filesystem::exists(bellows::temporary_path(file)));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("synchronizer: a layer its compressors refuse (ratio out of range) raises naming it and registers nothing") {
+  bellows::synchronizer sync(bellows::topk<>({.ratio = 0.1}), bellows::topk<>({.ratio = 1.5}),
+                             critical_policy(bellows::regime::critical));
+  CHECK_THROWS_WITH_AS(sync.add_layer("fc1.weight", bellows::shape{10, 4}),
+                       doctest::Contains("layer 'fc1.weight': ratio must be in (0, 1], got 1.5"), bellows::error);
+  CHECK(sync.layers() == 0);
+  CHECK(sync.telemetry().empty());
+  bellows::synchronizer fine(bellows::topk<>({.ratio = 0.1}), bellows::topk<>({.ratio = 0.5}),
+                             critical_policy(bellows::regime::critical));
+  CHECK(fine.add_layer("fc1.weight", bellows::shape{10, 4}) == 0);
+  // A checkpoint of the one-layer synchronizer does not fit the empty one.
+  CHECK_THROWS_WITH_AS(sync.restore(fine.checkpoint()), doctest::Contains("other layers"), bellows::wire_error);
 }

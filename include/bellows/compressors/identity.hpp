@@ -52,8 +52,8 @@ public:
     return {step_status::ok, sent};
   }
 
-  [[nodiscard]] std::size_t max_payload_bytes(const state& st) const noexcept {
-    return wire::header_bytes + wire::padded(wire::array_end<float>(0, st.layer.size()));
+  [[nodiscard]] std::size_t max_payload_bytes(const state& st) const {
+    return wire::payload_bytes(wire::array_end<float>(0, st.layer.size()));
   }
 
   [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in,

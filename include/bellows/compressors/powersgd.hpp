@@ -30,6 +30,7 @@
 
 #include "bellows/compressors/powersgd_types.hpp"
 #include "bellows/concepts.hpp"
+#include "bellows/core/checked.hpp"
 #include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
 #include "bellows/core/philox.hpp"
@@ -152,13 +153,13 @@ public:
       next.memory = error_memory(params_.feedback == feedback::none ? feedback::residual : params_.feedback,
                                  st.layer.size());
     if (has_memory == 0) next.memory = error_memory();
-    in.get_array(next.memory.values(), "powersgd error memory");
+    in.get_finite_array(next.memory.values(), "powersgd error memory");
     const auto columns = in.get<std::uint64_t>("powersgd query columns");
     if (columns > most || columns < rank)
       detail::fail<wire_error>("powersgd: layer '", st.layer.name, "': checkpoint query of ", columns,
                                " columns for rank ", rank);
     next.query.assign(static_cast<std::size_t>(columns) * st.cols, 0.0f);
-    in.get_array(std::span<float>(next.query), "powersgd query");
+    in.get_finite_array(std::span<float>(next.query), "powersgd query");
     next.rank = 0;
     if (rank != 0) resize(next, static_cast<std::size_t>(rank));
     st = std::move(next);
@@ -171,9 +172,14 @@ private:
     const std::size_t n = st.rows, m = st.cols;
     st.rank = r;
     if (r == 0) {
-      st.exchange.assign(st.layer.size() + 1, 0.0f);
+      st.exchange.assign(detail::checked_add(st.layer.size(), 1, "powersgd: layer '", st.layer.name, "'"), 0.0f);
       return;
     }
+    // The sizes below and the traffic (n + m) r' of a step: r' <= min(n, m) keeps n r' and m r'
+    // within n m (the layer's checked size), but not (n + m) r' + 1.
+    (void)detail::checked_add(detail::checked_mul(detail::checked_add(n, m, "powersgd: layer '", st.layer.name, "'"), r,
+                                                  "powersgd: layer '", st.layer.name, "' at rank ", r),
+                              1, "powersgd: layer '", st.layer.name, "'");
     if (st.memory.values().empty() && params_.feedback != feedback::none)
       st.memory = error_memory(params_.feedback, n * m);
     const std::size_t held = st.query.size() / m;

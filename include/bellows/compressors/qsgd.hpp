@@ -99,10 +99,9 @@ public:
     return {step_status::ok, sent};
   }
 
-  [[nodiscard]] std::size_t max_payload_bytes(const state& st) const noexcept {
+  [[nodiscard]] std::size_t max_payload_bytes(const state& st) const {
     const cpu::code_layout l = layout(st);
-    return wire::header_bytes +
-           wire::padded(wire::array_end<std::uint8_t>(wire::array_end<float>(0, l.buckets()), l.code_bytes()));
+    return wire::payload_bytes(wire::array_end<std::uint8_t>(wire::array_end<float>(0, l.buckets()), l.code_bytes()));
   }
 
   [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in,
@@ -152,7 +151,7 @@ public:
   void load(state& st, checkpoint_reader& in) const {
     const auto step = in.get<std::uint64_t>("qsgd step");
     std::vector<float> e(st.memory.values().size());
-    in.get_array(std::span<float>(e), "qsgd error memory");
+    in.get_finite_array(std::span<float>(e), "qsgd error memory");
     std::ranges::copy(e, st.memory.values().begin());
     st.step = step;
   }

@@ -24,6 +24,7 @@
 
 #include "bellows/compressors/detail/sparse_codec.hpp"
 #include "bellows/compressors/topk_types.hpp"
+#include "bellows/core/checked.hpp"
 #include "bellows/cpu/select.hpp"
 
 namespace bellows {
@@ -96,9 +97,10 @@ private:
   }
 
   [[nodiscard]] bool averages_densely(const layer_info& layer, std::size_t ranks) const {
-    const std::uint64_t entry = (detail::wide_indices(layer.size()) ? 8 : 4) + sizeof(float);
-    return params_.dense_switch &&
-           std::uint64_t{ranks} * counts(layer).second * entry >= 4 * std::uint64_t{layer.size()};
+    const std::size_t entry = (detail::wide_indices(layer.size()) ? 8 : 4) + sizeof(float);
+    // Saturating: a product past std::size_t exceeds 4 n as well.
+    const std::size_t sparse = detail::saturating_mul(detail::saturating_mul(ranks, counts(layer).second), entry);
+    return params_.dense_switch && sparse >= detail::saturating_mul(4, layer.size());
   }
 
   void fit(state& st) const {

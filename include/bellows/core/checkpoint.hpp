@@ -7,12 +7,12 @@
 #pragma once
 
 #include <cerrno>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bellows/core/config.hpp"
@@ -82,6 +83,24 @@ public:
     pos_ += out.size_bytes();
   }
 
+  /// get_array for float state that must be finite (error memories, queries): a NaN or Inf in
+  /// the bytes raises bellows::wire_error naming `what` and the position, and `out` is then
+  /// left as it was.
+  void get_finite_array(std::span<float> out, std::string_view what) {
+    const auto count = get<std::uint64_t>(what);
+    if (count != out.size())
+      detail::fail<wire_error>("checkpoint: ", what, " has ", count, " elements, expected ", out.size());
+    need(out.size_bytes(), what);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      float v;
+      std::memcpy(&v, in_.data() + pos_ + i * sizeof(float), sizeof(float));
+      if (!std::isfinite(v))
+        detail::fail<wire_error>("checkpoint: ", what, " holds the non-finite value ", v, " at element ", i);
+    }
+    std::memcpy(static_cast<void*>(out.data()), in_.data() + pos_, out.size_bytes());
+    pos_ += out.size_bytes();
+  }
+
   /// Reads a string of at most `max_length` characters.
   [[nodiscard]] std::string get_string(std::string_view what, std::size_t max_length = 4096) {
     const auto count = get<std::uint64_t>(what);
@@ -110,44 +129,114 @@ private:
   std::size_t pos_ = 0;
 };
 
-/// Writes `bytes` to `path` so that a crash at any moment leaves either the old file or the new
-/// one, never a mix: a temporary file beside it, fsync, rename, fsync of the directory.
-inline void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) detail::fail("write_file_atomically: cannot create ", tmp, ": ", std::strerror(errno));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      detail::fail("write_file_atomically: writing ", tmp, " failed: ", std::strerror(err));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0)
-    detail::fail("write_file_atomically: flushing ", tmp, " failed: ", std::strerror(errno));
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) detail::fail("write_file_atomically: renaming ", tmp, " to ", path, " failed: ", ec.message());
-  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
-  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+namespace detail {
+
+/// The moments of write_file_atomically, in order.
+enum class atomic_write_stage : std::uint8_t {
+  created,            ///< the temporary file exists, empty
+  half_written,       ///< the first half of the bytes are in it
+  written,            ///< all of them
+  flushed,            ///< fsync'ed and closed
+  renamed,            ///< it has replaced the destination
+  directory_flushed,  ///< the directory too is flushed: the write is complete
+};
+
+/// For tests of crash safety: when set, write_file_atomically calls it at each stage it
+/// reaches, so that a test can kill the writing process at a chosen moment. Null otherwise.
+inline void (*atomic_write_probe)(atomic_write_stage) = nullptr;
+
+}  // namespace detail
+
+/// The temporary file write_file_atomically writes before renaming it to `path`.
+[[nodiscard]] inline std::filesystem::path temporary_path(const std::filesystem::path& path) {
+  return path.string() + ".tmp";
 }
 
-/// The whole content of a file; bellows::error naming the path if it cannot be read.
+/// Writes `bytes` to `path` so that a crash at any moment leaves either the old file or the new
+/// one, complete, never a mix or a prefix: the bytes go to temporary_path(path) beside it, which
+/// is flushed to disk (fsync), renamed over `path` (atomic on POSIX file systems), and the
+/// directory is flushed so that the rename survives a power loss too. A process killed before
+/// the rename leaves `path` as it was and possibly the temporary file, which nothing reads and
+/// the next write to `path` replaces. One writer per path at a time. On failure, raises
+/// bellows::error naming the file and the system's reason, removes the temporary file, and
+/// leaves `path` as it was (unless the failure came after the rename, when only the directory's
+/// flush failed).
+inline void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes) {
+  const std::filesystem::path tmp = temporary_path(path);
+  auto fail_after = [&](const char* doing, int err, int fd) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    detail::fail("write_file_atomically: ", doing, " ", tmp, " failed: ", std::strerror(err));
+  };
+  // O_TRUNC replaces a temporary file left by a killed writer; O_NOFOLLOW refuses a link there.
+  auto reached = [](detail::atomic_write_stage stage) {
+    if (detail::atomic_write_probe != nullptr) detail::atomic_write_probe(stage);
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) detail::fail("write_file_atomically: cannot create ", tmp, ": ", std::strerror(errno));
+  reached(detail::atomic_write_stage::created);
+  std::size_t done = 0;
+  for (const auto stage : {detail::atomic_write_stage::half_written, detail::atomic_write_stage::written}) {
+    const std::size_t until = stage == detail::atomic_write_stage::written ? bytes.size() : bytes.size() / 2;
+    while (done < until) {
+      const ssize_t n = ::write(fd, bytes.data() + done, until - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail_after("writing", errno, fd);
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    reached(stage);
+  }
+  if (::fsync(fd) != 0) fail_after("flushing", errno, fd);
+  if (::close(fd) != 0) fail_after("closing", errno, -1);
+  reached(detail::atomic_write_stage::flushed);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    detail::fail("write_file_atomically: renaming ", tmp, " to ", path, " failed: ", std::strerror(err));
+  }
+  reached(detail::atomic_write_stage::renamed);
+  // Flush the directory entry. A directory that cannot be opened for reading, or a file system
+  // that cannot flush one (EINVAL), leaves the rename as durable as the system makes it.
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    const int rc = ::fsync(dfd);
+    const int err = errno;
+    ::close(dfd);
+    if (rc != 0 && err != EINVAL)
+      detail::fail("write_file_atomically: ", path, " was replaced, but flushing its directory failed: ",
+                   std::strerror(err));
+  }
+  reached(detail::atomic_write_stage::directory_flushed);
+}
+
+/// The whole content of a regular file; bellows::error naming the path and the reason if it is
+/// missing, not a regular file (a directory, a device) or cannot be read in full.
 [[nodiscard]] inline std::vector<std::byte> read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) detail::fail("read_file: cannot open ", path);
-  const auto size = static_cast<std::size_t>(in.tellg());
-  std::vector<std::byte> bytes(size);
-  in.seekg(0);
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size)))
-    detail::fail("read_file: reading ", path, " failed");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) detail::fail("read_file: cannot open ", path, ": ", std::strerror(errno));
+  struct fd_closer {
+    int fd;
+    ~fd_closer() { ::close(fd); }
+  } closer{fd};
+  struct stat info {};
+  if (::fstat(fd, &info) != 0)
+    detail::fail("read_file: cannot inspect ", path, ": ", std::strerror(errno));
+  if (!S_ISREG(info.st_mode)) detail::fail("read_file: ", path, " is not a regular file");
+  std::vector<std::byte> bytes(static_cast<std::size_t>(info.st_size));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      detail::fail("read_file: reading ", path, " failed: ", std::strerror(errno));
+    }
+    if (n == 0)
+      detail::fail("read_file: ", path, " ended after ", done, " of its ", bytes.size(),
+                   " bytes (it changed while being read)");
+    done += static_cast<std::size_t>(n);
+  }
   return bytes;
 }
 

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "bellows/core/checked.hpp"
 #include "bellows/core/error.hpp"
 
 namespace bellows {
@@ -19,8 +20,16 @@ class gather_buffer {
 public:
   static constexpr std::size_t alignment = 8;
 
-  /// For collective implementers: lay out one block per rank of the given sizes.
+  /// For collective implementers: lay out one block per rank of the given sizes. Sizes whose
+  /// padded total does not fit std::size_t (as a corrupted size from a peer may claim) raise
+  /// bellows::error naming the rank, and leave the buffer as it was.
   void resize(std::span<const std::size_t> sizes) {
+    std::size_t total = 0;
+    for (std::size_t r = 0; r < sizes.size(); ++r) {
+      const std::size_t block = detail::checked_round_up(sizes[r], alignment, "gather_buffer: block of rank ", r);
+      total = detail::checked_add(total, block, "gather_buffer: blocks up to rank ", r);
+    }
+    bytes_.resize(total);
     offsets_.resize(sizes.size() + 1);
     sizes_.assign(sizes.begin(), sizes.end());
     std::size_t at = 0;
@@ -29,7 +38,6 @@ public:
       at += (sizes[r] + alignment - 1) / alignment * alignment;
     }
     offsets_[sizes.size()] = at;
-    bytes_.resize(at);
   }
 
   /// Number of blocks (the collective's size after a gather).

@@ -7,9 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <limits>
 #include <string>
 
+#include "bellows/core/checked.hpp"
 #include "bellows/core/error.hpp"
 
 namespace bellows {
@@ -33,8 +33,7 @@ public:
 
   void push_back(std::size_t d) {
     BELLOWS_EXPECTS(rank_ < max_dims, "shape: at most ", max_dims, " dimensions");
-    if (d != 0 && size() > std::numeric_limits<std::size_t>::max() / d)
-      detail::fail("shape: element count overflows std::size_t when adding a dimension of ", d);
+    (void)detail::checked_mul(size(), d, "shape: the element count of ", to_string(), " x ", d);
     dims_[rank_++] = d;
   }
 

@@ -24,6 +24,7 @@
 #include <span>
 #include <type_traits>
 
+#include "bellows/core/checked.hpp"
 #include "bellows/core/config.hpp"
 #include "bellows/core/error.hpp"
 
@@ -68,19 +69,29 @@ static_assert(sizeof(header) == 40 && std::is_trivially_copyable_v<header>,
 
 inline constexpr std::size_t header_bytes = sizeof(header);
 
-/// Bytes one array of `count` values of T occupies in a body when it starts at byte `at`.
+/// Where an array of `count` values of T ends in a body when the previous one ended at byte
+/// `at` (the array starts at the next multiple of its element size). Raises bellows::error when
+/// the size does not fit std::size_t.
 template <class T>
-[[nodiscard]] constexpr std::size_t array_end(std::size_t at, std::size_t count) noexcept {
-  return (at + alignof(T) - 1) / alignof(T) * alignof(T) + count * sizeof(T);
+[[nodiscard]] constexpr std::size_t array_end(std::size_t at, std::size_t count) {
+  return detail::checked_add(detail::checked_round_up(at, alignof(T), "wire: array start"),
+                             detail::checked_mul(count, sizeof(T), "wire: array of ", count, " elements"),
+                             "wire: array end");
 }
 
-/// The padded body size for a body whose last array ends at `end`.
-[[nodiscard]] constexpr std::size_t padded(std::size_t end) noexcept {
-  return (end + body_alignment - 1) / body_alignment * body_alignment;
+/// The padded body size for a body whose last array ends at `end` (checked like array_end).
+[[nodiscard]] constexpr std::size_t padded(std::size_t end) {
+  return detail::checked_round_up(end, body_alignment, "wire: padded body");
+}
+
+/// Bytes of a whole payload (header and padded body) whose last array ends at `end` (checked
+/// like array_end): what a codec's max_payload_bytes returns.
+[[nodiscard]] constexpr std::size_t payload_bytes(std::size_t end) {
+  return detail::checked_add(header_bytes, padded(end), "wire: payload");
 }
 
 /// Writes a payload into caller-provided storage (sized with the codec's own size function,
-/// from array_end and padded): the header first, then arrays in order, then `finish`.
+/// from array_end and payload_bytes): the header first, then arrays in order, then `finish`.
 class writer {
 public:
   writer(std::span<std::byte> out, const header& h) : out_(out) {
@@ -96,9 +107,11 @@ public:
   std::span<T> array(std::size_t count) {
     static_assert(std::is_trivially_copyable_v<T>);
     const std::size_t start = (pos_ + alignof(T) - 1) / alignof(T) * alignof(T);
+    BELLOWS_EXPECTS(header_bytes + start <= out_.size() &&
+                        count <= (out_.size() - header_bytes - start) / sizeof(T),
+                    "wire::writer: array of ", count, " elements overruns the ", out_.size(),
+                    "-byte storage");
     const std::size_t end = start + count * sizeof(T);
-    BELLOWS_EXPECTS(header_bytes + end <= out_.size(), "wire::writer: array of ", count,
-                    " elements overruns the ", out_.size(), "-byte storage");
     std::memset(out_.data() + header_bytes + pos_, 0, start - pos_);
     pos_ = end;
     return {reinterpret_cast<T*>(out_.data() + header_bytes + start), count};

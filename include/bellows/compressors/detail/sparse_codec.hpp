@@ -52,11 +52,12 @@ namespace bellows::detail {
 /// Sparse payloads carry 64-bit indices for layers of 2^32 elements or more.
 [[nodiscard]] constexpr bool wide_indices(std::uint64_t n) noexcept { return (n >> 32) != 0; }
 
-/// Bytes of a sparse payload of `count` entries for a layer of n elements.
-[[nodiscard]] constexpr std::size_t sparse_payload_bytes(std::uint64_t n, std::size_t count) noexcept {
+/// Bytes of a sparse payload of `count` entries for a layer of n elements; bellows::error when
+/// that does not fit std::size_t.
+[[nodiscard]] constexpr std::size_t sparse_payload_bytes(std::uint64_t n, std::size_t count) {
   const std::size_t indices = wide_indices(n) ? wire::array_end<std::uint64_t>(0, count)
                                               : wire::array_end<std::uint32_t>(0, count);
-  return wire::header_bytes + wire::padded(wire::array_end<float>(indices, count));
+  return wire::payload_bytes(wire::array_end<float>(indices, count));
 }
 
 /// Writes a sparse payload into `out`. `select(begin)` runs the selection; once it knows the
@@ -285,7 +286,7 @@ public:
     requires state_of<State, Derived>
   void load(State& st, checkpoint_reader& in) const {
     const auto step = in.get<std::uint64_t>(Derived::name);
-    in.get_array(st.memory.values(), Derived::name);
+    in.get_finite_array(st.memory.values(), Derived::name);
     st.step = step;
     st.pending_ = false;
   }
