@@ -17,4 +17,4 @@ fi
 rm -rf "$site"
 "$py" -m pip install --quiet --no-build-isolation --no-index --no-deps --root-user-action=ignore --target "$site" "$root/python"
 cd "$root/python/tests"
-PYTHONPATH=$site "$py" -m unittest -v test_hook_vs_direct test_powersgd_vs_torch
+PYTHONPATH=$site "$py" -m unittest -v test_hook_vs_direct test_powersgd_vs_torch test_hook_non_finite

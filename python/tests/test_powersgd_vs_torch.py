@@ -34,8 +34,8 @@ SHAPES = [(24, 40), (8, 3, 3, 3), (24,), (24, 40), (4, 5), (16, 12)]
 class FakeBucket:
     """What both hooks read of a dist.GradBucket: one flat buffer and views into it."""
 
-    def __init__(self, buffer, index=0):
-        self._buffer, self._index = buffer, index
+    def __init__(self, buffer, shapes=None, index=0):
+        self._buffer, self._shapes, self._index = buffer, shapes or SHAPES, index
 
     def buffer(self):
         return self._buffer
@@ -48,7 +48,7 @@ class FakeBucket:
 
     def gradients(self):
         out, at = [], 0
-        for shape in SHAPES:
+        for shape in self._shapes:
             n = torch.Size(shape).numel()
             out.append(self._buffer[at:at + n].view(shape))
             at += n
