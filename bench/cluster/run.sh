@@ -10,18 +10,19 @@
 #
 # Usage (as root; not part of CI):
 #   bench/cluster/run.sh [--build DIR] [--speeds "1gbit 100mbit"] [--delay 2ms]
-#                        [--runs uncompressed,powersgd-low,powersgd-accordion] [fmnist_mpi options...]
+#                        [--runs uncompressed,powersgd-low,...] [fmnist_mpi options...]
 # DIR holds examples/fmnist_mpi (default build-mpi: cmake -DBELLOWS_ENABLE_MPI=ON
 # -DBELLOWS_BUILD_EXAMPLES=ON, target fmnist_mpi). Other options go to fmnist_mpi; the default is
-# --quick --epochs 4. The delay needs tc's netem; where the kernel lacks it, the links are shaped
-# by rate only (tbf) and the script says so.
+# --quick (6 epochs of 4800 images). The delay needs tc's netem; where the kernel lacks it, the
+# links are shaped by rate only (tbf) and the script says so. results.txt is the output of
+# `run.sh --speeds "1gbit 100mbit 10mbit"` on the machine of README.md's table.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$root/build-mpi
 speeds="1gbit 100mbit"
 delay=2ms
-runs=uncompressed,powersgd-low,powersgd-high,powersgd-accordion
+runs=uncompressed,powersgd-low,powersgd-high,powersgd-accordion,topk-high,topk-accordion
 extra=()
 while (($#)); do
   case $1 in
@@ -33,7 +34,7 @@ while (($#)); do
     *) extra+=("$1"); shift ;;
   esac
 done
-((${#extra[@]})) || extra=(--quick --epochs 4)
+((${#extra[@]})) || extra=(--quick)
 program=$build/examples/fmnist_mpi
 [[ -x $program ]] || { echo "run.sh: no $program; build the target fmnist_mpi with -DBELLOWS_ENABLE_MPI=ON" >&2; exit 1; }
 [[ $(id -u) == 0 ]] || { echo "run.sh: network namespaces need root" >&2; exit 1; }
@@ -108,10 +109,16 @@ for speed in $speeds; do
   if [[ $shaper == netem ]]; then echo "== $speed links, $delay delay (netem)"; else echo "== $speed links (tbf)"; fi
   log=$work/$speed.log
   sent_before=$(cat /sys/class/net/bellows-h1/statistics/rx_bytes)
+  # In the background, so that a signal reaches the trap at once rather than after mpirun; the
+  # ranks yield the processor while they wait (4 ranks share this machine's cores).
   ip netns exec bellows-ns0 mpirun --allow-run-as-root --oversubscribe -np $nodes -host "$hosts" \
     --mca plm_rsh_agent "$agent" --mca btl tcp,self --mca btl_tcp_if_include "$subnet" \
-    --mca oob_tcp_if_include "$subnet" \
-    "$program" --sum-order library --runs "$runs" --out "$work/out-$speed" "${extra[@]}" | tee "$log"
+    --mca oob_tcp_if_include "$subnet" --mca mpi_yield_when_idle 1 \
+    "$program" --sum-order library --runs "$runs" --out "$work/out-$speed" "${extra[@]}" > "$log" 2>&1 &
+  mpirun_pid=$!
+  tail -n +1 -f --pid=$mpirun_pid "$log" &
+  wait $mpirun_pid
+  wait  # for tail, which ends within a second of mpirun
   # "<run> seed S  epoch e/N  loss L  acc A%  floats F  levels X  T s"
   awk -v speed="$speed" '$4 == "epoch" && $5 ~ /^[0-9]+\/[0-9]+$/ {
       run = $1; acc[run] = $9 + 0; secs[run] += $(NF - 1); n[run]++
