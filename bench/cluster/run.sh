@@ -30,7 +30,7 @@ while (($#)); do
     --speeds) speeds=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) extra+=("$1"); shift ;;
   esac
 done
