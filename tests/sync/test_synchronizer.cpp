@@ -3,6 +3,7 @@
 #include <bellows/compressors/identity.hpp>
 #include <bellows/compressors/powersgd.hpp>
 #include <bellows/compressors/topk.hpp>
+#include <bellows/regime/accordion.hpp>
 #include <bellows/regime/static_policy.hpp>
 #include <bellows/sync/synchronizer.hpp>
 
@@ -557,4 +558,32 @@ TEST_CASE("synchronizer: a layer its compressors refuse (ratio out of range) rai
   CHECK(fine.add_layer("fc1.weight", bellows::shape{10, 4}) == 0);
   // A checkpoint of the one-layer synchronizer does not fit the empty one.
   CHECK_THROWS_WITH_AS(sync.restore(fine.checkpoint()), doctest::Contains("other layers"), bellows::wire_error);
+}
+
+TEST_CASE("synchronizer: a checkpoint whose detector is at another epoch than the synchronizer is refused") {
+  // Found by fuzz_checkpoint_stateful: such a file restored, and every later end_epoch raised.
+  bellows::archetypes::collective solo;
+  auto make = [] {
+    bellows::synchronizer sync(bellows::topk<>({.ratio = 0.1}), bellows::topk<>({.ratio = 0.05}),
+                               bellows::accordion({.interval = 2}));
+    for (std::uint32_t id = 0; id < 3; ++id) sync.add_layer(numbered("l", id), shapes[id]);
+    return sync;
+  };
+  auto trained = make();
+  auto g = grads_of(0, 0);
+  std::vector<std::span<float>> v(g.begin(), g.end());
+  (void)trained.step(v, solo);
+  (void)trained.end_epoch(0.1f, solo);
+  auto bytes = trained.checkpoint();
+  // magic, version (4 bytes each), layer hash, layer count, steps (8 each), then the epoch.
+  const std::uint64_t epoch = 5;
+  std::memcpy(bytes.data() + 32, &epoch, sizeof epoch);
+  auto fresh = make();
+  const auto before = fresh.checkpoint();
+  CHECK_THROWS_WITH_AS(fresh.restore(bytes), doctest::Contains("checkpoint of epoch 5 holds a detector at epoch 1"),
+                       bellows::wire_error);
+  CHECK(fresh.checkpoint() == before);
+  fresh.restore(trained.checkpoint());
+  (void)fresh.end_epoch(0.1f, solo);  // the intact file goes on
+  CHECK(fresh.epoch() == 2);
 }

@@ -79,7 +79,7 @@ public:
     if (count != out.size())
       detail::fail<wire_error>("checkpoint: ", what, " has ", count, " elements, expected ", out.size());
     need(out.size_bytes(), what);
-    std::memcpy(static_cast<void*>(out.data()), in_.data() + pos_, out.size_bytes());
+    if (!out.empty()) std::memcpy(static_cast<void*>(out.data()), in_.data() + pos_, out.size_bytes());
     pos_ += out.size_bytes();
   }
 
@@ -97,7 +97,7 @@ public:
       if (!std::isfinite(v))
         detail::fail<wire_error>("checkpoint: ", what, " holds the non-finite value ", v, " at element ", i);
     }
-    std::memcpy(static_cast<void*>(out.data()), in_.data() + pos_, out.size_bytes());
+    if (!out.empty()) std::memcpy(static_cast<void*>(out.data()), in_.data() + pos_, out.size_bytes());
     pos_ += out.size_bytes();
   }
 

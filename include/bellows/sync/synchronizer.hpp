@@ -220,6 +220,12 @@ public:
     }
     detector.load(r);
     r.finish();
+    // A detector that counts epochs itself must be at the synchronizer's: a file that pairs them
+    // otherwise is corrupt, and would fail at the next end_epoch.
+    if constexpr (requires { detector.state().epoch; })
+      if (detector.state().epoch != epoch)
+        detail::fail<wire_error>("synchronizer: checkpoint of epoch ", epoch, " holds a detector at epoch ",
+                                 detector.state().epoch);
     telemetry_ = std::move(telemetry);
     states_ = std::move(states);
     detector_ = std::move(detector);

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+// Checkpoints of Synchronizers with state in every part: PowerSGD under Accordion (ranks, queries,
+// error memories, the detector's sums and norms) when the first byte is even, top-k with error
+// memories otherwise; the rest of the input is the file. restore() may refuse the bytes with
+// bellows::wire_error and must then have changed nothing. Bytes it accepts must give a state
+// that saves, restores from its own bytes to the same bytes, and trains on: a step and the end of
+// an epoch must go through (anything they throw is a state restore() should have refused).
+#include <bellows/compressors/powersgd.hpp>
+#include <bellows/compressors/topk.hpp>
+#include <bellows/regime/accordion.hpp>
+#include <bellows/regime/static_policy.hpp>
+#include <bellows/sync/synchronizer.hpp>
+
+#include <cstdint>
+#include <cstdlib>
+#include <span>
+#include <vector>
+
+namespace {
+
+bellows::cpu::executor& exec() {
+  static bellows::cpu::executor e(1);
+  return e;
+}
+
+// Layer sets of the seeds in tests/corpus/checkpoint_stateful/ (their names and shapes key the
+// checkpoint's layer hash).
+auto powersgd_sync() {
+  bellows::synchronizer sync(bellows::powersgd<>({.rank = 2}, exec()), bellows::powersgd<>({.rank = 1}, exec()),
+                             bellows::accordion({.interval = 2}, exec()), exec());
+  sync.add_layer("conv.weight", bellows::shape{16, 2, 2, 2});
+  sync.add_layer("conv.bias", bellows::shape{16});
+  sync.add_layer("fc.weight", bellows::shape{10, 24});
+  return sync;
+}
+
+auto topk_sync() {
+  bellows::synchronizer sync(bellows::topk<>({.ratio = 0.25}, exec()), bellows::topk<>({.ratio = 0.1}, exec()),
+                             bellows::static_policy(bellows::regime::normal), exec());
+  sync.add_layer("fc1.weight", bellows::shape{12, 10});
+  sync.add_layer("fc1.bias", bellows::shape{12});
+  return sync;
+}
+
+template <class Sync>
+void exercise(Sync&& sync, std::span<const std::byte> bytes) {
+  const std::vector<std::byte> before = sync.checkpoint();
+  try {
+    sync.restore(bytes);
+  } catch (const bellows::wire_error&) {
+    if (sync.checkpoint() != before) std::abort();  // refused, so nothing may have changed
+    return;
+  }
+  const std::vector<std::byte> saved = sync.checkpoint();
+  sync.restore(saved);
+  if (sync.checkpoint() != saved) std::abort();
+  std::vector<std::vector<float>> grads;
+  for (std::size_t id = 0; id < sync.layers(); ++id) grads.emplace_back(sync.layer(id).size(), 0.5f);
+  std::vector<std::span<float>> views(grads.begin(), grads.end());
+  bellows::archetypes::collective solo;
+  for (bellows::step_status s : sync.step(views, solo))
+    if (s != bellows::step_status::ok) std::abort();  // finite input, one rank
+  for (const std::vector<float>& g : grads)
+    for (float v : g)
+      if (!(v == v)) std::abort();  // NaN out of finite input and a restored state
+  (void)sync.end_epoch(0.1f, solo);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 1) return 0;
+  const auto bytes = std::as_bytes(std::span(data + 1, size - 1));
+  if (data[0] % 2 == 0)
+    exercise(powersgd_sync(), bytes);
+  else
+    exercise(topk_sync(), bytes);
+  return 0;
+}
