@@ -2,6 +2,10 @@
 # fmnist_mpi under mpirun prints the epochs of fmnist_demo's thread run with the same options:
 # the same losses, accuracies, traffic and levels (the lines without their seconds).
 # -DDEMO=... -DMPI_PROGRAM=... -DMPIEXEC=... -DNP=4 -DARGS="a;b;..." -DWORK_DIR=...
+if(NOT DEFINED ENV{BELLOWS_FMNIST_DIR} AND NOT EXISTS /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz)
+  message(STATUS "skipped: no Fashion-MNIST (apt-get install dataset-fashion-mnist)")
+  return()
+endif()
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 execute_process(COMMAND "${DEMO}" ${ARGS} --out "${WORK_DIR}/threads"
