@@ -5,7 +5,8 @@
 // weights, losses, accuracies, traffic and Accordion's levels. With MPI_Allreduce's order the
 // float sums of the gradients differ in their last bits, and training carries the difference on:
 // the levels must still agree, the accuracies within 2 test images of 128, the weights within
-// 1e-3 of the largest weight (measured: well below; see the message).
+// 1e-3 of the largest weight (measured: well below; see the message). And a checkpoint saved by
+// the thread run resumes under MPI to the thread run's end.
 #include "mpi_main.hpp"
 
 #include <bellows/collectives/mpi.hpp>
@@ -13,7 +14,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "../examples/fmnist_data.hpp"
 #include "fmnist/runs.hpp"
@@ -91,4 +97,42 @@ TEST_CASE("fmnist over MPI: the thread run's training, bit for bit in rank order
       }
     }
   }
+}
+
+TEST_CASE("fmnist over MPI: a checkpoint of the thread run resumes under MPI to the thread run's end") {
+  const fmnist::dataset* data = fmnist::testing::real_data();
+  if (data == nullptr) {
+    MESSAGE("skipped: no Fashion-MNIST in " << fmnist::package_dir);
+    return;
+  }
+  int rank = 0, size = 0, owner = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  fmnist::comparison_config config = tiny(static_cast<std::size_t>(size));
+  config.runs = {{fmnist::method::powersgd, fmnist::policy::accordion}};
+  // Only rank 0 reads the file; the others need to know that there is one.
+  if (rank == 0) owner = static_cast<int>(::getpid());
+  MPI_Bcast(&owner, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("bellows_mpi_fmnist_resume_" + std::to_string(owner));
+  fmnist::run_result whole;
+  if (rank == 0) {
+    whole = fmnist::run_comparison(*data, config).at(0);
+    // The thread run stops with an error right after the save of epoch 0.
+    fmnist::comparison_config saving = config;
+    saving.train.checkpoint = path;
+    CHECK_THROWS_WITH(fmnist::run_comparison(*data, saving, [](const fmnist::run_result&) { throw std::runtime_error("stop"); }),
+                      "stop");
+  }
+  config.train.resume = path;
+  bellows::collectives::mpi comm(MPI_COMM_WORLD, bellows::collectives::mpi_sum_order::rank);
+  const fmnist::run_result resumed =
+      fmnist::run_comparison(*data, config, {}, fmnist::on_rank<bellows::collectives::mpi>{&comm}).at(0);
+  if (rank != 0) return;
+  std::filesystem::remove(path);
+  REQUIRE(resumed.epochs.size() == whole.epochs.size() - 1);
+  CHECK(resumed.epochs.front().report.epoch == 1);
+  CHECK(resumed.weights == whole.weights);
+  CHECK(resumed.epochs.back().report.test_accuracy == whole.epochs.back().report.test_accuracy);
+  CHECK(resumed.epochs.back().levels == whole.epochs.back().levels);
 }
