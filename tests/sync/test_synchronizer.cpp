@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <bellows/collectives/counting.hpp>
 #include <bellows/collectives/local.hpp>
 #include <bellows/compressors/identity.hpp>
 #include <bellows/compressors/powersgd.hpp>
@@ -155,6 +156,31 @@ TEST_CASE("synchronizer: critical layers run the low compressor, the others the 
     if (ok) ++right;
   });
   CHECK(right == 2);
+}
+
+TEST_CASE("synchronizer: with a detector that never observes, a step exchanges what its compressors do and no more") {
+  constexpr std::size_t w = 2;
+  local_group group(w);
+  std::atomic<int> right{0};
+  group.run([&](local& comm) {
+    bellows::cpu::executor exec(1);
+    bellows::synchronizer sync(bellows::identity<>{exec}, bellows::identity<>{exec},
+                               bellows::static_policy(bellows::regime::critical), exec);
+    for (std::uint32_t id = 0; id < 3; ++id) (void)sync.add_layer(numbered("layer", id), shapes[id]);
+    std::vector<std::vector<float>> g;
+    for (std::size_t id = 0; id < 3; ++id) g.push_back(grad(shapes[id].size(), comm.rank(), id, 0));
+    if (comm.rank() == 1) g[2][0] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<std::span<float>> v(g.begin(), g.end());
+    (void)sync.step(v, comm);  // the first step also checks the layers (one allreduce)
+    bellows::collectives::counting counted(comm);
+    const auto statuses = sync.step(v, counted);
+    // identity: a one-float allreduce of the non-finite flag per layer, then the data of the two
+    // finite layers; no flag exchange of the synchronizer's own.
+    bool ok = counted.allreduce().calls == 3 + 2 && counted.allgather().calls == 0;
+    ok = ok && statuses[2] == bellows::step_status::non_finite && statuses[0] == bellows::step_status::ok;
+    if (ok) ++right;
+  });
+  CHECK(right == static_cast<int>(w));
 }
 
 TEST_CASE("synchronizer: a NaN in one layer on one rank skips that layer on every rank, nothing changes") {

@@ -36,6 +36,14 @@ public:
     return step_status::ok;
   }
 
+  /// Never: it observes nothing, so a Synchronizer needs no agreement on finiteness of its own
+  /// (each compressor's first exchange makes the ranks agree).
+  [[nodiscard]] bool observing(std::size_t id) const {
+    BELLOWS_EXPECTS(id < regimes_.size(), "static_policy: layer id ", id, " of ", regimes_.size(),
+                    " registered layers");
+    return false;
+  }
+
   template <Collective C>
   std::span<const regime> end_epoch(std::size_t /*epoch*/, float /*lr*/, C& /*coll*/) const noexcept {
     return regimes_;
