@@ -11,6 +11,8 @@
 #include <bellows/regime/static_policy.hpp>
 #include <bellows/sync/synchronizer.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <span>
@@ -57,12 +59,22 @@ void exercise(Sync&& sync, std::span<const std::byte> bytes) {
   std::vector<std::vector<float>> grads;
   for (std::size_t id = 0; id < sync.layers(); ++id) grads.emplace_back(sync.layer(id).size(), 0.5f);
   std::vector<std::span<float>> views(grads.begin(), grads.end());
+  // Memories within a few orders of magnitude of the largest float may overflow in a step (PowerSGD
+  // documents where); below 1e30 a step that goes through must give finite values.
+  float largest = 0.0f;
+  for (std::size_t id = 0; id < sync.layers(); ++id)
+    for (float e : sync.state(id).memory.values()) largest = std::max(largest, std::abs(e));
   bellows::archetypes::collective solo;
-  for (bellows::step_status s : sync.step(views, solo))
-    if (s != bellows::step_status::ok) std::abort();  // finite input, one rank
-  for (const std::vector<float>& g : grads)
-    for (float v : g)
-      if (!(v == v)) std::abort();  // NaN out of finite input and a restored state
+  const auto statuses = sync.step(views, solo);
+  for (std::size_t id = 0; id < grads.size(); ++id) {
+    if (statuses[id] == bellows::step_status::non_finite) {
+      if (largest <= 1e30f) std::abort();  // finite input, one rank, moderate memories
+      continue;
+    }
+    if (largest <= 1e30f)
+      for (float v : grads[id])
+        if (!std::isfinite(v)) std::abort();
+  }
   (void)sync.end_epoch(0.1f, solo);
 }
 

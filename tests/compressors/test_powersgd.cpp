@@ -493,3 +493,28 @@ TEST_CASE("powersgd: a rank larger than the matrix is r' = min(r, n, m); at full
   CHECK(st.rank == 3);
   CHECK(st.step == 0);
 }
+
+TEST_CASE("powersgd: a summed Q that overflows (finite M near the largest float) skips the step on every rank") {
+  // Found by fuzz_checkpoint_stateful (a restored memory of 3e38): the step reported ok and
+  // wrote Inf into the output and the memory. Here each rank's M has a column of 1e38: P is
+  // finite (every row about 1e38 Q_00, normalised to 1/sqrt(10)), each rank's Q about 3.2e38,
+  // and their sum overflows.
+  constexpr std::size_t w = 2, rows = 10, cols = 24;
+  local_group group(w);
+  std::atomic<int> right{0};
+  group.run([&](local& comm) {
+    bellows::cpu::executor exec(1);
+    bellows::powersgd<> c({.rank = 1}, exec);
+    auto st = c.make_state({0, "fc", bellows::shape{rows, cols}});
+    std::vector<float> x(rows * cols, 1.0f);
+    for (std::size_t i = 0; i < rows; ++i) x[i * cols] = 1e38f;
+    const auto input = x, query = st.query;
+    bool ok = st.compressed() && c.reduce(st, x, comm).status == bellows::step_status::non_finite;
+    ok = ok && x == input && st.query == query && st.step == 0;
+    for (float e : st.memory.values()) ok = ok && e == 0.0f;
+    auto fine = bellows::testing::normal_floats(rows * cols, comm.rank());
+    ok = ok && c.reduce(st, fine, comm).status == bellows::step_status::ok && st.step == 1;
+    if (ok) ++right;
+  });
+  CHECK(right == static_cast<int>(w));
+}

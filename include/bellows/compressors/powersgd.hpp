@@ -17,7 +17,10 @@
 // Non-finite input: one float appended to the P allreduce carries each rank's verdict (is its
 // local P finite? a NaN or Inf anywhere in row i of M makes row i of P non-finite), so the ranks
 // agree in their first exchange. Until that exchange shows every rank finite, the step writes
-// only workspace; then every rank commits.
+// only workspace; then every rank commits. Finite values overflow nowhere while
+// |M| <= FLT_MAX / (1 + sqrt(n)) (|Q|, |out| <= sqrt(n) max |M|); beyond that, a summed Q that
+// overflowed skips the step the same way on every rank, but out = P Q^T or e = M - out may
+// still overflow.
 #pragma once
 
 #include <algorithm>
@@ -235,6 +238,9 @@ private:
     coll.allreduce_sum(std::span<float>(st.next));
     divide(*exec_, st.next, static_cast<float>(coll.size()));
     sent += traffic{st.next.size() * sizeof(float), st.next.size(), 0};
+    // M^T P overflows where M is finite but near the largest float: every rank holds the same
+    // summed Q, so all skip the step here, before anything but workspace was written.
+    if (!all_finite(*exec_, std::span<const float>(st.next))) return {step_status::non_finite, sent};
 
     reconstruct_update(*exec_, inout, e, n, m, p, st.next);
     std::swap(st.query, st.next);
