@@ -404,8 +404,9 @@ TEST_CASE("synchronizer: ranks that registered another count, name, order or sha
 
 TEST_CASE("synchronizer: a worker that throws mid-step makes every other rank raise collective_error, never hang") {
   constexpr std::size_t w = 3;
-  // Operations of a step: [the layer check (first step only)], the finiteness flags, then per
-  // layer two allreduces (PowerSGD's P and Q; fc is compressed at rank 2) or one (the others).
+  // Operations of a step: the layer check (first step only), then per layer two allreduces
+  // (PowerSGD's P and Q: layer 0 is compressed at rank 2) or one (the others). The failures
+  // land in the check, between P and Q, between layers and in the second step.
   for (int fail_at : {0, 1, 2, 3, 4, 5, 7, 8}) {
     CAPTURE(fail_at);
     local_group group(w);
