@@ -17,6 +17,7 @@
 
 using bellows::accordion;
 using bellows::accordion_params;
+using bellows::accordion_state;
 using bellows::participation;
 using bellows::regime;
 
@@ -156,6 +157,37 @@ TEST_CASE("accordion signal: float sums of a long epoch against a double referen
   c.observe_finite(0, std::vector<float>{1.0f, 2.0f});
   CHECK(c.state().steps[0] == 0);
   CHECK(c.state().sums[0] == std::vector<float>{0.0f, 0.0f});
+}
+
+TEST_CASE("accordion signal: a float sum that overflows is critical, remembered as norm 0, and checkpointable") {
+  accordion d = one_layer({.eta = 0.5f, .interval = 1});
+  CHECK(epoch_with_norm(d, 4.0f) == C);  // first check
+  CHECK(epoch_with_norm(d, 4.0f) == N);
+  const std::vector<float> huge{3e38f, 1.0f};
+  CHECK(d.observe(0, huge) == bellows::step_status::ok);
+  CHECK(d.observe(0, huge) == bellows::step_status::ok);
+  CHECK(std::isinf(d.state().sums[0][0]));
+  // Mid-epoch, the infinite sum goes through a checkpoint and back.
+  bellows::checkpoint_writer w;
+  d.save(w);
+  accordion copy = one_layer({.eta = 0.5f, .interval = 1});
+  bellows::checkpoint_reader r(w.bytes());
+  copy.load(r);
+  CHECK(copy.state() == d.state());
+  recording_collective coll;
+  CHECK(d.end_epoch(d.epoch(), 0.1f, coll)[0] == C);
+  CHECK(d.state().norm_prev[0] == 0.0f);
+  CHECK(epoch_with_norm(d, 4.0f) == C);  // prev = 0
+  CHECK(epoch_with_norm(d, 4.0f) == N);
+  // A NaN in a saved sum is refused.
+  accordion_state bad = d.state();
+  bad.sums[0][1] = std::numeric_limits<float>::quiet_NaN();
+  accordion nan_source = one_layer({.eta = 0.5f, .interval = 1});
+  nan_source.restore(bad);
+  bellows::checkpoint_writer w2;
+  nan_source.save(w2);
+  bellows::checkpoint_reader r2(w2.bytes());
+  CHECK_THROWS_AS(copy.load(r2), bellows::wire_error);
 }
 
 TEST_CASE("accordion: a learning-rate decay puts every participating layer on critical until the next check") {

@@ -14,7 +14,10 @@
 // steps is off from the exact sum by at most about s * 6e-8 relative (2e-5 over a 300-step
 // epoch), which moves the relative norm change that the rule compares with eta (0.5 by default)
 // by as little; double sums would cost 8 bytes per parameter of host memory instead of 4 and
-// two thirds more memory traffic per observed step.
+// two thirds more memory traffic per observed step. Finite gradients of magnitude near
+// FLT_MAX / steps can make a sum overflow to +-Inf: that layer's norm is then Inf on every rank
+// (the norms are allreduced), its check is critical, and it is remembered as norm 0, so that
+// the next check is critical too; a checkpoint taken mid-epoch keeps the infinite sums.
 //
 // Decision. At the end of a check epoch each rank takes the L2 norm of its own mean gradient per
 // layer (sum / steps observed, in double, rounded to float), one allreduce_sum of those L floats
@@ -186,8 +189,8 @@ public:
     r.get_array(std::span<std::uint64_t>(saved.steps), "accordion step counts");
     for (std::vector<float>& sum : saved.sums) {
       r.get_array(std::span<float>(sum), "accordion gradient sum");
-      for (float v : sum)
-        if (!std::isfinite(v)) detail::fail<wire_error>("accordion: a saved gradient sum is not finite");
+      for (float v : sum)  // +-Inf is a sum that overflowed; NaN no sum of finite values gives
+        if (std::isnan(v)) detail::fail<wire_error>("accordion: a saved gradient sum is NaN");
     }
     try {
       restore(std::move(saved));
@@ -250,8 +253,9 @@ private:
     for (std::size_t k = 0; k < included_.size(); ++k) {
       const std::uint32_t id = included_[k];
       const float now = norms_[k] / ranks;
-      state_.regimes[id] = critical(state_.norm_prev[id], now) ? regime::critical : regime::normal;
-      state_.norm_prev[id] = now;
+      const bool overflowed = !std::isfinite(now);  // on every rank alike
+      state_.regimes[id] = overflowed || critical(state_.norm_prev[id], now) ? regime::critical : regime::normal;
+      state_.norm_prev[id] = overflowed ? 0.0f : now;
       std::ranges::fill(state_.sums[id], 0.0f);
       state_.steps[id] = 0;
     }
