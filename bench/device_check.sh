@@ -118,7 +118,13 @@ if "skipped" in torch or ours is None:
 else:
     rows.append((f"torch {torch['torch']} topk(abs) {torch['topk_abs_ms']:.3f} ms, topk {torch['topk_only_ms']:.3f} ms",
                  f"{torch['topk_abs_ms'] / ours[0]:.2f}x (abs+topk), {torch['topk_only_ms'] / ours[0]:.2f}x (topk)", ">= 2x"))
-rows.append(("PowerSGD step 8192^2 rank 4", "not implemented on the device", "<= 2x its M reads"))
+# PowerSGD: x_floor beside the step's 8 streams of n m floats (bench/cuda/bench_powersgd.cu counts them).
+for rank in (1, 2, 4):
+    name = f"cuda_powersgd_step/n:8192/rank:{rank}/manual_time"
+    b = bench.get(name)
+    result = "missing" if b is None or "x_streams" not in b else \
+        f"{b['real_time']:.3f} ms, {b['x_floor']:.2f} x_floor = {b['x_streams']:.2f}x its {b['streams']:.0f} streams"
+    rows.append((name.replace("/manual_time", ""), result, "<= 2x its M reads" if rank == 4 else ""))
 gpu = open(os.path.join(out, "gpu.txt")).read().strip()
 w0 = max(len(r[0]) for r in rows); w1 = max(len(r[1]) for r in rows)
 print(f"\n== summary ({gpu}; {seconds} s)")
