@@ -8,7 +8,7 @@
 // One block of 1024 threads does the whole factor in one launch, so nothing waits on the host.
 // Thread t owns elements t, t + 1024, ... of every column: it alone reads and writes them, so
 // the only exchange between threads is the sum of each dot product, reduced in a fixed order
-// (a butterfly within each warp, then the 32 warp sums in order), and the result is the same on
+// (a butterfly within each warp, then one over the 32 warp sums), and the result is the same on
 // every run. The work is O(rows * rank^2) on one multiprocessor: small beside the products for
 // PowerSGD's factors (rows up to some 10^5), which live in the L2 cache.
 #pragma once
@@ -31,15 +31,25 @@ inline constexpr unsigned orthogonalize_threads = 1024;
 /// columns see plain MGS.
 inline constexpr std::size_t remembered_columns = 64;
 
-/// The sum over the block of every thread's v, returned to every thread; `warp_sums` holds one
-/// double per warp. Begins and ends with the block in step, so calls may follow each other.
-__device__ inline double block_sum(double v, double* warp_sums) {
+static_assert(orthogonalize_threads == 32 * 32, "block_sum gives each of a warp's lanes one warp's sum");
+
+/// The sum of v over a warp by a butterfly: every lane ends with the same bits (a + b == b + a).
+/// All 32 lanes call it.
+template <class T>
+__device__ inline T warp_sum(T v) {
 #pragma unroll
   for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, d);
+  return v;
+}
+
+/// The sum over the block of every thread's v, returned to every thread: each warp's sum, then
+/// in every warp the same butterfly over the 32 warp sums (`warp_sums`: one double per warp).
+/// Begins and ends with the block in step, so calls may follow each other.
+__device__ inline double block_sum(double v, double* warp_sums) {
+  v = warp_sum(v);
   if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
   __syncthreads();
-  double s = warp_sums[0];
-  for (unsigned w = 1; w < orthogonalize_threads / 32; ++w) s += warp_sums[w];
+  const double s = warp_sum(warp_sums[threadIdx.x % 32]);
   __syncthreads();
   return s;
 }

@@ -47,6 +47,7 @@
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
+#include "bellows/cuda/gram_schmidt.cuh"  // warp_sum
 
 namespace bellows::cuda {
 
@@ -147,16 +148,13 @@ __global__ void __launch_bounds__(skinny_threads, 2)
         for (unsigned l = 0; l < V; ++l) acc[r][k] = __fmaf_rn(x.v[l], qk[k].v[l], acc[r][k]);
     }
   }
-  // Each warp's sum by a butterfly (every lane ends with the same bits: a + b == b + a), then
-  // the group's warps in order.
+  // Each warp's sum by a butterfly, then the group's warps in order.
   const unsigned warp = threadIdx.x / 32;
 #pragma unroll
   for (unsigned r = 0; r < R; ++r)
 #pragma unroll
     for (unsigned k = 0; k < K; ++k) {
-      float s = acc[r][k];
-#pragma unroll
-      for (int d = 16; d > 0; d /= 2) s += __shfl_xor_sync(0xFFFFFFFFu, s, d);
+      const float s = warp_sum(acc[r][k]);
       if (threadIdx.x % 32 == 0) warp_sums[warp][r * K + k] = s;
     }
   __syncthreads();
@@ -228,6 +226,7 @@ __global__ void sum_tiles_kernel(const float* __restrict__ sums, std::size_t til
   for (std::size_t x = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; x < count;
        x += std::size_t{gridDim.x} * blockDim.x) {
     float s = sums[x];
+#pragma unroll 8
     for (std::size_t t = 1; t < tiles; ++t) s += sums[t * count + x];
     q[x] = s;
   }
