@@ -83,7 +83,8 @@ void compare_products(std::size_t n, std::size_t m, std::size_t r, bool memory, 
   bellows::cpu::project_cols(host, {g, e, n, m}, p_in, q_out);
 
   const shifted_array dg(g, shift), de(e, shift);
-  device_array<float> dq(q), dp_in(p_in), dp(std::vector<float>(n * r, -1.0f)), dq_out(std::vector<float>(m * r, -1.0f));
+  device_array<float> dq(q), dp_in(p_in), dp(std::vector<float>(n * r, -1.0f));
+  device_array<float> dq_out(std::vector<float>(m * r, -1.0f));
   dev.reserve(bellows::cuda::project_cols_workspace_bytes(n, m, r));
   const bellows::cpu::compensated_matrix M{dg.span(), de.span(), n, m};
   bellows::cuda::project_rows(dev, M, dq.span(), dp.span());
@@ -236,7 +237,7 @@ TEST_CASE("cuda orthogonalize: zero columns stay zero, eps divides as SPEC says,
   CHECK_THROWS_AS(bellows::cuda::orthogonalize(dev, three.span(), 3, -1.0f), bellows::error);
 }
 
-TEST_CASE("cuda PowerSGD kernels: a step rebuilds a matrix of rank 2 and leaves no error; two runs give the same bytes") {
+TEST_CASE("cuda PowerSGD step: a matrix of rank 2 rebuilt, no error left; two runs give the same bytes") {
   if (!bellows::test::have_device()) return;
   // M = u1 v1^T + u2 v2^T split into g and e; rank 4 (two columns more than M needs).
   const std::size_t n = 700, m = 1000, r = 4;
@@ -276,7 +277,8 @@ TEST_CASE("cuda PowerSGD kernels: a step rebuilds a matrix of rank 2 and leaves 
   CHECK(same_bytes(q1, q2));
   check_orthonormal(p1, n, true);
   std::size_t far = 0;
-  for (std::size_t x = 0; x < full.size(); ++x) far += std::abs(g1[x] - full[x]) > 1e-4 * scale || std::abs(e1[x]) > 1e-4 * scale;
+  for (std::size_t x = 0; x < full.size(); ++x)
+    far += std::abs(g1[x] - full[x]) > 1e-4 * scale || std::abs(e1[x]) > 1e-4 * scale;
   CHECK(far == 0);
 }
 
@@ -287,7 +289,8 @@ TEST_CASE("cuda skinny products refuse factors of the wrong size and a workspace
   const bellows::cpu::compensated_matrix M{g.span(), {}, 300, 3};
   CHECK_THROWS_AS(bellows::cuda::project_rows(dev, M, bad.span(), p.span()), bellows::error);
   CHECK_THROWS_AS(bellows::cuda::project_cols(dev, M, bad.span(), q.span()), bellows::error);
-  CHECK_THROWS_AS(bellows::cuda::project_rows(dev, {g.span(), bad.span(), 300, 3}, q.span(), p.span()), bellows::error);
+  CHECK_THROWS_AS(bellows::cuda::project_rows(dev, {g.span(), bad.span(), 300, 3}, q.span(), p.span()),
+                  bellows::error);
   CHECK_THROWS_AS(bellows::cuda::reconstruct_update(dev, g.span(), {}, 300, 3, p.span(), bad.span()), bellows::error);
   // 300 rows are three tiles of tile sums; the executor holds no workspace yet.
   CHECK(bellows::cuda::project_cols_workspace_bytes(300, 3, 2) > 0);

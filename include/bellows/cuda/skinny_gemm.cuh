@@ -38,8 +38,9 @@
 #include <type_traits>
 
 #include "bellows/core/error.hpp"
-// The CPU kernels' view and shape checks are reused (host code only); nvcc's front end does not
-// know the `GCC unroll` hints of their loops, which only the host compiler acts on.
+// The CPU kernels' view and shape checks are reused (host code only); nvcc's front end warns
+// about the `GCC unroll` hints in that header's loops (diagnostic 1675), which concern the host
+// code alone.
 #pragma nv_diagnostic push
 #pragma nv_diag_suppress 1675
 #include "bellows/cpu/skinny_gemm.hpp"
@@ -425,8 +426,9 @@ inline void reconstruct_update(executor& exec, std::span<float> g, std::span<flo
   const unsigned blocks =
       detail::grid_of("cuda::reconstruct_update", col_tiles * ((rows + rows_per_block - 1) / rows_per_block));
   const auto launch = [&](auto K, auto V) {
-    detail::reconstruct_kernel<decltype(K)::value, decltype(V)::value><<<blocks, detail::skinny_threads, 0, exec.stream()>>>(
-        g.data(), e_data, rows, cols, p.data(), q.data(), rank, tx, col_tiles);
+    detail::reconstruct_kernel<decltype(K)::value, decltype(V)::value>
+        <<<blocks, detail::skinny_threads, 0, exec.stream()>>>(g.data(), e_data, rows, cols, p.data(), q.data(), rank,
+                                                                tx, col_tiles);
   };
   if (rank <= detail::skinny_rank_block)
     detail::with_rank_and_width(rank, v, launch);
