@@ -143,12 +143,12 @@ inline constexpr std::size_t row_block = 2;
 /// them in one or two registers whatever the instruction set, where a loop over eight scalars
 /// that also stores to q was left unvectorised. Element-wise arithmetic, so results equal the
 /// scalar loop's bit for bit.
-typedef float lanes __attribute__((vector_size(lane_width * sizeof(float))));
+typedef float float_lanes __attribute__((vector_size(lane_width * sizeof(float))));
 
 /// Taken and given by reference: a 32-byte vector passed by value has a different ABI with and
 /// without AVX.
-inline void load_vector(lanes& v, const float* p) noexcept { std::memcpy(&v, p, sizeof v); }
-inline void store_vector(float* p, const lanes& v) noexcept { std::memcpy(p, &v, sizeof v); }
+inline void load_vector(float_lanes& v, const float* p) noexcept { std::memcpy(&v, p, sizeof v); }
+inline void store_vector(float* p, const float_lanes& v) noexcept { std::memcpy(p, &v, sizeof v); }
 
 /// q[k][j] += sum over the R (1 or 2) rows of x_row[j] * p_row[k], for the K columns and the
 /// panel [j0, j1); the R products are summed, then added to the accumulator.
@@ -166,19 +166,19 @@ void axpy_rows(const compensated_matrix& M, std::size_t i, const float* p, std::
   }
   const std::size_t body = j0 + (j1 - j0) / lane_width * lane_width;
   for (std::size_t j = j0; j < body; j += lane_width) {
-    lanes x[R];
+    float_lanes x[R];
     for (std::size_t r = 0; r < R; ++r) {
       prefetch_lanes<Memory>(g[r] + j, Memory ? e[r] + j : nullptr);
       load_vector(x[r], g[r] + j);
       if constexpr (Memory) {
-        lanes er;
+        float_lanes er;
         load_vector(er, e[r] + j);
         x[r] += er;
       }
     }
     for (std::size_t k = 0; k < K; ++k) {
       float* qk = q + k * m + j;
-      lanes acc;
+      float_lanes acc;
       load_vector(acc, qk);
       if constexpr (R == 2)
         acc += x[0] * pk[k][0] + x[1] * pk[k][1];
