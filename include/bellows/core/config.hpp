@@ -10,5 +10,13 @@
 #define BELLOWS_HD
 #endif
 
+// Whether CPU kernels may add versions compiled for wider x86-64 vector units (AVX2, AVX-512)
+// beside the baseline build, chosen at run time: GCC or Clang on x86-64.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define BELLOWS_X86_VERSIONS 1
+#else
+#define BELLOWS_X86_VERSIONS 0
+#endif
+
 static_assert(std::endian::native == std::endian::little,
               "bellows writes its wire format in the machine's byte order, which must be little-endian");

@@ -28,6 +28,7 @@
 #include "bellows/core/error.hpp"
 #include "bellows/core/philox.hpp"
 #include "bellows/cpu/executor.hpp"
+#include "bellows/cpu/philox_lanes.hpp"
 
 namespace bellows::cpu {
 
@@ -49,40 +50,9 @@ struct code_layout {
 
 namespace detail {
 
-/// Elements per step of the quantise and dequantise loops: eight Philox blocks.
-inline constexpr std::size_t code_block = 32;
+/// Elements per step of the quantise and dequantise loops: the words of one philox_lanes call.
+inline constexpr std::size_t code_block = philox_lane_words;
 inline constexpr float smallest_scale = 0x1p-100f;
-
-/// Words 0..4L-1 of `s` starting at block `first`, laid out w[word of block][block]: L Philox
-/// blocks computed side by side so the compiler can keep them in vector registers.
-template <std::size_t L>
-inline void philox_blocks(const philox::stream& s, std::uint32_t first, std::uint32_t (&w)[4][L]) noexcept {
-  std::uint32_t k0 = static_cast<std::uint32_t>(s.seed), k1 = static_cast<std::uint32_t>(s.seed >> 32);
-  for (std::size_t l = 0; l < L; ++l) {
-    w[0][l] = first + static_cast<std::uint32_t>(l);
-    w[1][l] = s.step;
-    w[2][l] = s.layer;
-    w[3][l] = s.rank;
-  }
-#if !defined(__CUDACC__)  // nvcc's front end does not know the GCC pragma
-  _Pragma("GCC unroll 10")
-#endif
-  for (int round = 0; round < 10; ++round) {
-    if (round > 0) {
-      k0 += philox::detail::weyl0;
-      k1 += philox::detail::weyl1;
-    }
-    for (std::size_t l = 0; l < L; ++l) {
-      const std::uint64_t p0 = std::uint64_t{philox::detail::mul0} * w[0][l];
-      const std::uint64_t p1 = std::uint64_t{philox::detail::mul1} * w[2][l];
-      const auto c1 = w[1][l], c3 = w[3][l];
-      w[0][l] = static_cast<std::uint32_t>(p1 >> 32) ^ c1 ^ k0;
-      w[1][l] = static_cast<std::uint32_t>(p1);
-      w[2][l] = static_cast<std::uint32_t>(p0 >> 32) ^ c3 ^ k1;
-      w[3][l] = static_cast<std::uint32_t>(p0);
-    }
-  }
-}
 
 /// The scale of one bucket, as the header comment fixes it.
 [[nodiscard]] inline float bucket_scale(const float* v, std::size_t d, bucket_norm norm) noexcept {
@@ -123,18 +93,12 @@ struct block_span {
   return sign | static_cast<std::uint32_t>(level);
 }
 
-/// Codes of elements [i0, i0 + code_block) of one bucket (i0 a multiple of code_block), packed.
-/// Each step is a loop of independent lanes: the uniforms put in element order, the codes, and
-/// the packing, so that the compiler vectorises all three.
+/// Codes of elements [i0, i0 + code_block) of one bucket (i0 a multiple of code_block), packed;
+/// word[t] is the stream's word for element i0 + t. Each step is a loop of independent lanes,
+/// the codes and then the packing, so that the compiler vectorises both.
 template <unsigned Bits>
-inline void quantize_block(const float* v, std::size_t i0, float inv, std::int32_t s,
-                           const philox::stream& rng, std::uint8_t* codes) noexcept {
-  constexpr std::size_t blocks = code_block / 4;
-  std::uint32_t w[4][blocks];
-  philox_blocks(rng, static_cast<std::uint32_t>(i0 / 4), w);
-  std::uint32_t word[code_block];  // in element order
-  for (std::size_t l = 0; l < blocks; ++l)
-    for (std::size_t k = 0; k < 4; ++k) word[4 * l + k] = w[k][l];
+[[gnu::always_inline]] inline void quantize_block(const float* v, std::size_t i0, float inv, std::int32_t s,
+                                                  const std::uint32_t* word, std::uint8_t* codes) noexcept {
   std::uint32_t c[code_block];
   for (std::size_t t = 0; t < code_block; ++t) {
     // philox::to_uniform, with the conversion from a signed integer (exact: below 2^24) that
@@ -151,18 +115,52 @@ inline void quantize_block(const float* v, std::size_t i0, float inv, std::int32
   }
 }
 
+template <unsigned Bits>
+using quantize_block_fn = void (*)(const float*, std::size_t, float, std::int32_t, const std::uint32_t*,
+                                   std::uint8_t*) noexcept;
+
+template <unsigned Bits>
+void quantize_block_baseline(const float* v, std::size_t i0, float inv, std::int32_t s, const std::uint32_t* word,
+                             std::uint8_t* codes) noexcept {
+  quantize_block<Bits>(v, i0, inv, s, word, codes);
+}
+
+#if BELLOWS_X86_VERSIONS
+/// quantize_block compiled for AVX2: eight lanes a step where the baseline has four. AVX2 brings
+/// no fused multiply-add, so |v| * inv + u rounds twice, as in the baseline.
+template <unsigned Bits>
+[[gnu::target("avx2")]] void quantize_block_avx2(const float* v, std::size_t i0, float inv, std::int32_t s,
+                                                 const std::uint32_t* word, std::uint8_t* codes) noexcept {
+  quantize_block<Bits>(v, i0, inv, s, word, codes);
+}
+#endif
+
+/// The widest quantize_block this processor runs.
+template <unsigned Bits>
+[[nodiscard]] quantize_block_fn<Bits> quantize_block_for_this_cpu() noexcept {
+#if BELLOWS_X86_VERSIONS
+  if (__builtin_cpu_supports("avx2")) return &quantize_block_avx2<Bits>;
+#endif
+  return &quantize_block_baseline<Bits>;
+}
+
 /// One bucket [lo, hi): whole code blocks by quantize_block, the edges element by element
 /// (OR-ed into bytes the caller zeroed; an edge byte may be shared with the next bucket).
 template <unsigned Bits>
 inline void quantize_bucket(const float* in, std::size_t lo, std::size_t hi, float inv, std::int32_t s,
-                            const philox::stream& rng, std::uint8_t* codes) noexcept {
+                            const philox::stream& rng, philox_lanes_fn draw_words, quantize_block_fn<Bits> block,
+                            std::uint8_t* codes) noexcept {
   const auto [first, last] = whole_blocks(lo, hi);
   const auto one = [&](std::size_t i) {
     const float u = philox::to_uniform(rng.word(i));
     codes[i * Bits / 8] |= static_cast<std::uint8_t>(code_of(in[i], inv, u, s, Bits) << (i * Bits % 8));
   };
   for (std::size_t i = lo; i < first; ++i) one(i);
-  for (std::size_t i = first; i < last; i += code_block) quantize_block<Bits>(in + i, i, inv, s, rng, codes);
+  for (std::size_t i = first; i < last; i += code_block) {
+    std::uint32_t word[code_block];
+    draw_words(rng, static_cast<std::uint32_t>(i / 4), word);
+    block(in + i, i, inv, s, word, codes);
+  }
   for (std::size_t i = last; i < hi; ++i) one(i);
 }
 
@@ -175,18 +173,19 @@ inline void quantize_bucket(const float* in, std::size_t lo, std::size_t hi, flo
 
 template <unsigned Bits>
 void quantize_range(std::span<const float> in, const code_layout& layout, bucket_norm norm,
-                    const philox::stream& rng, std::span<float> scales, std::uint8_t* codes,
-                    std::size_t b0, std::size_t b1) noexcept {
+                    const philox::stream& rng, philox_lanes_fn draw_words, std::span<float> scales,
+                    std::uint8_t* codes, std::size_t b0, std::size_t b1) noexcept {
   const auto s = static_cast<std::int32_t>(layout.levels());
   const std::size_t lo = b0 * layout.bucket, hi = std::min(layout.n, b1 * layout.bucket);
   std::fill(codes + lo * Bits / 8, codes + (hi * Bits + 7) / 8, std::uint8_t{0});
+  const quantize_block_fn<Bits> block = quantize_block_for_this_cpu<Bits>();
   for (std::size_t b = b0; b < b1; ++b) {
     const std::size_t i = b * layout.bucket, j = std::min(layout.n, i + layout.bucket);
     float scale = bucket_scale(in.data() + i, j - i, norm);
     if (!(scale >= smallest_scale)) scale = std::isfinite(scale) ? 0.0f : scale;
     scales[b] = scale;
     if (scale == 0.0f || !std::isfinite(scale)) continue;
-    quantize_bucket<Bits>(in.data(), i, j, static_cast<float>(s) / scale, s, rng, codes);
+    quantize_bucket<Bits>(in.data(), i, j, static_cast<float>(s) / scale, s, rng, draw_words, block, codes);
   }
 }
 
@@ -283,11 +282,12 @@ inline bool quantize_pack(executor& exec, std::span<const float> in, const code_
   detail::check_codes("quantize_pack", layout, in.size(), scales.size(), codes.size());
   BELLOWS_EXPECTS(in.size() / 4 < std::size_t{1} << 32, "quantize_pack: ", in.size(),
                   " elements overrun the 2^34-word Philox stream");
+  const philox_lanes_fn draw_words = philox_lanes_for_this_cpu();
   exec.for_chunks(layout.buckets(), detail::buckets_per_task(layout.bucket), [&](std::size_t b0, std::size_t b1) {
     switch (layout.bits) {
-      case 2: detail::quantize_range<2>(in, layout, norm, rng, scales, codes.data(), b0, b1); break;
-      case 4: detail::quantize_range<4>(in, layout, norm, rng, scales, codes.data(), b0, b1); break;
-      default: detail::quantize_range<8>(in, layout, norm, rng, scales, codes.data(), b0, b1); break;
+      case 2: detail::quantize_range<2>(in, layout, norm, rng, draw_words, scales, codes.data(), b0, b1); break;
+      case 4: detail::quantize_range<4>(in, layout, norm, rng, draw_words, scales, codes.data(), b0, b1); break;
+      default: detail::quantize_range<8>(in, layout, norm, rng, draw_words, scales, codes.data(), b0, b1); break;
     }
   });
   return std::ranges::all_of(scales, [](float s) { return std::isfinite(s); });
