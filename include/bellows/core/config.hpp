@@ -12,10 +12,13 @@
 
 // Whether CPU kernels may add versions compiled for wider x86-64 vector units (AVX2, AVX-512)
 // beside the baseline build, chosen at run time: GCC or Clang on x86-64.
+// BELLOWS_TARGET_AVX2 marks the AVX2 build of such a kernel (nothing where there is none).
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
 #define BELLOWS_X86_VERSIONS 1
+#define BELLOWS_TARGET_AVX2 [[gnu::target("avx2")]]
 #else
 #define BELLOWS_X86_VERSIONS 0
+#define BELLOWS_TARGET_AVX2
 #endif
 
 static_assert(std::endian::native == std::endian::little,

@@ -125,23 +125,21 @@ void quantize_block_baseline(const float* v, std::size_t i0, float inv, std::int
   quantize_block<Bits>(v, i0, inv, s, word, codes);
 }
 
-#if BELLOWS_X86_VERSIONS
 /// quantize_block compiled for AVX2: eight lanes a step where the baseline has four. AVX2 brings
 /// no fused multiply-add, so |v| * inv + u rounds twice, as in the baseline.
 template <unsigned Bits>
-[[gnu::target("avx2")]] void quantize_block_avx2(const float* v, std::size_t i0, float inv, std::int32_t s,
-                                                 const std::uint32_t* word, std::uint8_t* codes) noexcept {
+BELLOWS_TARGET_AVX2 void quantize_block_avx2(const float* v, std::size_t i0, float inv, std::int32_t s,
+                                             const std::uint32_t* word, std::uint8_t* codes) noexcept {
   quantize_block<Bits>(v, i0, inv, s, word, codes);
 }
-#endif
 
-/// The widest quantize_block this processor runs.
-template <unsigned Bits>
-[[nodiscard]] quantize_block_fn<Bits> quantize_block_for_this_cpu() noexcept {
+/// The AVX2 build of a kernel where the processor runs it, else the baseline build.
+template <class Fn>
+[[nodiscard]] Fn avx2_where_present(Fn baseline, [[maybe_unused]] Fn avx2) noexcept {
 #if BELLOWS_X86_VERSIONS
-  if (__builtin_cpu_supports("avx2")) return &quantize_block_avx2<Bits>;
+  if (__builtin_cpu_supports("avx2")) return avx2;
 #endif
-  return &quantize_block_baseline<Bits>;
+  return baseline;
 }
 
 /// One bucket [lo, hi): whole code blocks by quantize_block, the edges element by element
@@ -178,7 +176,7 @@ void quantize_range(std::span<const float> in, const code_layout& layout, bucket
   const auto s = static_cast<std::int32_t>(layout.levels());
   const std::size_t lo = b0 * layout.bucket, hi = std::min(layout.n, b1 * layout.bucket);
   std::fill(codes + lo * Bits / 8, codes + (hi * Bits + 7) / 8, std::uint8_t{0});
-  const quantize_block_fn<Bits> block = quantize_block_for_this_cpu<Bits>();
+  const quantize_block_fn<Bits> block = avx2_where_present(&quantize_block_baseline<Bits>, &quantize_block_avx2<Bits>);
   for (std::size_t b = b0; b < b1; ++b) {
     const std::size_t i = b * layout.bucket, j = std::min(layout.n, i + layout.bucket);
     float scale = bucket_scale(in.data() + i, j - i, norm);
