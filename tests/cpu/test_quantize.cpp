@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -86,6 +87,37 @@ TEST_CASE("quantize_pack: codes are SPEC's, word i of the stream for element i, 
       }
     }
   }
+}
+
+TEST_CASE("quantize_block: the baseline and the AVX2 build write the same bytes") {
+#if BELLOWS_X86_VERSIONS
+  if (!__builtin_cpu_supports("avx2")) {
+    MESSAGE("no AVX2 here: only the baseline build runs");
+    return;
+  }
+  namespace d = bellows::cpu::detail;
+  const bellows::philox::stream rng{77, 1, 5, 0};
+  const auto v = bellows::testing::normal_floats(d::code_block * 1024, 12);
+  const auto run = [&]<unsigned Bits>(d::quantize_block_fn<Bits> block) {
+    std::vector<std::uint8_t> codes(v.size() * Bits / 8);
+    for (std::size_t i = 0; i < v.size(); i += d::code_block) {
+      std::uint32_t word[d::code_block];
+      bellows::cpu::philox_lanes_for_this_cpu()(rng, static_cast<std::uint32_t>(i / 4), word);
+      // scales from the block's largest |v| up to 2^20 times it (levels stay within [0, s])
+      float top = 0.0f;
+      for (std::size_t t = i; t < i + d::code_block; ++t) top = std::max(top, std::abs(v[t]));
+      const float scale = std::ldexp(top * (1.0f + static_cast<float>(i % 7) / 7.0f), static_cast<int>(i % 21));
+      const std::int32_t s = (1 << (Bits - 1)) - 1;
+      block(v.data() + i, i, static_cast<float>(s) / scale, s, word, codes.data());
+    }
+    return codes;
+  };
+  CHECK(run.operator()<2>(&d::quantize_block_baseline<2>) == run.operator()<2>(&d::quantize_block_avx2<2>));
+  CHECK(run.operator()<4>(&d::quantize_block_baseline<4>) == run.operator()<4>(&d::quantize_block_avx2<4>));
+  CHECK(run.operator()<8>(&d::quantize_block_baseline<8>) == run.operator()<8>(&d::quantize_block_avx2<8>));
+#else
+  MESSAGE("not an x86-64 GCC or Clang build: there is no AVX2 build");
+#endif
 }
 
 TEST_CASE("unpack_dequantize: decodes every code to sign * level * (scale / s), written or added") {
