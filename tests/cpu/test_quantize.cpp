@@ -89,7 +89,7 @@ TEST_CASE("quantize_pack: codes are SPEC's, word i of the stream for element i, 
   }
 }
 
-TEST_CASE("quantize_block: the baseline and the AVX2 build write the same bytes") {
+TEST_CASE("quantize_range: the baseline and the AVX2 build write the same bytes") {
 #if BELLOWS_X86_VERSIONS
   if (!__builtin_cpu_supports("avx2")) {
     MESSAGE("no AVX2 here: only the baseline build runs");
@@ -97,24 +97,32 @@ TEST_CASE("quantize_block: the baseline and the AVX2 build write the same bytes"
   }
   namespace d = bellows::cpu::detail;
   const bellows::philox::stream rng{77, 1, 5, 0};
-  const auto v = bellows::testing::normal_floats(d::code_block * 1024, 12);
-  const auto run = [&]<unsigned Bits>(d::quantize_block_fn<Bits> block) {
-    std::vector<std::uint8_t> codes(v.size() * Bits / 8);
-    for (std::size_t i = 0; i < v.size(); i += d::code_block) {
-      std::uint32_t word[d::code_block];
-      bellows::cpu::philox_lanes_for_this_cpu()(rng, static_cast<std::uint32_t>(i / 4), word);
-      // scales from the block's largest |v| up to 2^20 times it (levels stay within [0, s])
-      float top = 0.0f;
-      for (std::size_t t = i; t < i + d::code_block; ++t) top = std::max(top, std::abs(v[t]));
-      const float scale = std::ldexp(top * (1.0f + static_cast<float>(i % 7) / 7.0f), static_cast<int>(i % 21));
-      const std::int32_t s = (1 << (Bits - 1)) - 1;
-      block(v.data() + i, i, static_cast<float>(s) / scale, s, word, codes.data());
+  for (std::size_t bucket : {3u, 100u, 512u}) {
+    CAPTURE(bucket);
+    auto v = bellows::testing::normal_floats(70001, bucket);
+    // magnitudes from 2^-20 to 2^20 across buckets, a zero bucket, and a bucket of one large value
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::ldexp(v[i], static_cast<int>(i / bucket % 41) - 20);
+    std::fill(v.begin() + 600, v.begin() + 900, 0.0f);
+    for (bucket_norm norm : {bucket_norm::l2, bucket_norm::max_abs}) {
+      const auto run = [&]<unsigned Bits>(bool avx2) {
+        const code_layout l{Bits, bucket, v.size()};
+        std::vector<float> scales(l.buckets());
+        std::vector<std::uint8_t> codes(l.code_bytes());
+        const auto body = [&] {
+          d::quantize_range<Bits>(v, l, norm, rng, bellows::cpu::philox_lanes_for_this_cpu(), scales, codes.data(), 0,
+                                  l.buckets());
+        };
+        if (avx2)
+          d::run_avx2(body);
+        else
+          body();
+        return std::pair{scales, codes};
+      };
+      CHECK(run.operator()<2>(false) == run.operator()<2>(true));
+      CHECK(run.operator()<4>(false) == run.operator()<4>(true));
+      CHECK(run.operator()<8>(false) == run.operator()<8>(true));
     }
-    return codes;
-  };
-  CHECK(run.operator()<2>(&d::quantize_block_baseline<2>) == run.operator()<2>(&d::quantize_block_avx2<2>));
-  CHECK(run.operator()<4>(&d::quantize_block_baseline<4>) == run.operator()<4>(&d::quantize_block_avx2<4>));
-  CHECK(run.operator()<8>(&d::quantize_block_baseline<8>) == run.operator()<8>(&d::quantize_block_avx2<8>));
+  }
 #else
   MESSAGE("not an x86-64 GCC or Clang build: there is no AVX2 build");
 #endif

@@ -119,3 +119,54 @@ TEST_CASE("skinny products refuse factors of the wrong size") {
   CHECK_THROWS_AS(bellows::cpu::project_rows(one, {g, bad, 4, 3}, q, p), bellows::error);
   CHECK_THROWS_AS(bellows::cpu::reconstruct_update(one, g, {}, 4, 3, p, bad), bellows::error);
 }
+
+TEST_CASE("skinny kernels: the baseline and the AVX2 build give the same bits") {
+#if BELLOWS_X86_VERSIONS
+  if (!__builtin_cpu_supports("avx2")) {
+    MESSAGE("no AVX2 here: only the baseline build runs");
+    return;
+  }
+  namespace d = bellows::cpu::detail;
+  for (const auto& sc : shapes) {
+    const std::size_t n = sc.n, m = sc.m;
+    for (std::size_t r : {1u, 2u, 3u, 4u, 6u}) {
+      CAPTURE(n);
+      CAPTURE(m);
+      CAPTURE(r);
+      const auto g = bellows::testing::normal_floats(n * m, 5);
+      const auto e = bellows::testing::normal_floats(n * m, 6);
+      const auto p = bellows::testing::normal_floats(n * r, 7);
+      const auto q = bellows::testing::normal_floats(m * r, 8);
+      const bellows::cpu::compensated_matrix M{g, e, n, m};
+      const auto both = [](const auto& body) {
+        body(false);
+        body(true);
+      };
+      std::vector<float> p_out[2], q_out[2], g_out[2], e_out[2];
+      both([&](bool avx2) {
+        p_out[avx2].assign(n * r, 0.0f);
+        q_out[avx2].assign(m * r, 0.0f);
+        g_out[avx2] = g;
+        e_out[avx2] = e;
+        const auto body = [&] {
+          d::project_rows_range<true>(M, q, p_out[avx2], r, 0, n);
+          d::project_cols_panel<true>(M, p, q_out[avx2], r, 0, m);
+          for (std::size_t i = 0; i < n; ++i)
+            d::reconstruct_row<true>(g_out[avx2].data() + i * m, e_out[avx2].data() + i * m, p.data() + i, n,
+                                     q.data(), m, r);
+        };
+        if (avx2)
+          d::run_avx2(body);
+        else
+          body();
+      });
+      CHECK(std::memcmp(p_out[0].data(), p_out[1].data(), n * r * sizeof(float)) == 0);
+      CHECK(std::memcmp(q_out[0].data(), q_out[1].data(), m * r * sizeof(float)) == 0);
+      CHECK(std::memcmp(g_out[0].data(), g_out[1].data(), n * m * sizeof(float)) == 0);
+      CHECK(std::memcmp(e_out[0].data(), e_out[1].data(), n * m * sizeof(float)) == 0);
+    }
+  }
+#else
+  MESSAGE("not an x86-64 GCC or Clang build: there is no AVX2 build");
+#endif
+}

@@ -28,6 +28,7 @@
 #include "bellows/core/error.hpp"
 #include "bellows/core/philox.hpp"
 #include "bellows/cpu/executor.hpp"
+#include "bellows/cpu/isa.hpp"
 #include "bellows/cpu/philox_lanes.hpp"
 
 namespace bellows::cpu {
@@ -97,8 +98,8 @@ struct block_span {
 /// word[t] is the stream's word for element i0 + t. Each step is a loop of independent lanes,
 /// the codes and then the packing, so that the compiler vectorises both.
 template <unsigned Bits>
-[[gnu::always_inline]] inline void quantize_block(const float* v, std::size_t i0, float inv, std::int32_t s,
-                                                  const std::uint32_t* word, std::uint8_t* codes) noexcept {
+inline void quantize_block(const float* v, std::size_t i0, float inv, std::int32_t s, const std::uint32_t* word,
+                           std::uint8_t* codes) noexcept {
   std::uint32_t c[code_block];
   for (std::size_t t = 0; t < code_block; ++t) {
     // philox::to_uniform, with the conversion from a signed integer (exact: below 2^24) that
@@ -115,39 +116,11 @@ template <unsigned Bits>
   }
 }
 
-template <unsigned Bits>
-using quantize_block_fn = void (*)(const float*, std::size_t, float, std::int32_t, const std::uint32_t*,
-                                   std::uint8_t*) noexcept;
-
-template <unsigned Bits>
-void quantize_block_baseline(const float* v, std::size_t i0, float inv, std::int32_t s, const std::uint32_t* word,
-                             std::uint8_t* codes) noexcept {
-  quantize_block<Bits>(v, i0, inv, s, word, codes);
-}
-
-/// quantize_block compiled for AVX2: eight lanes a step where the baseline has four. AVX2 brings
-/// no fused multiply-add, so |v| * inv + u rounds twice, as in the baseline.
-template <unsigned Bits>
-BELLOWS_TARGET_AVX2 void quantize_block_avx2(const float* v, std::size_t i0, float inv, std::int32_t s,
-                                             const std::uint32_t* word, std::uint8_t* codes) noexcept {
-  quantize_block<Bits>(v, i0, inv, s, word, codes);
-}
-
-/// The AVX2 build of a kernel where the processor runs it, else the baseline build.
-template <class Fn>
-[[nodiscard]] Fn avx2_where_present(Fn baseline, [[maybe_unused]] Fn avx2) noexcept {
-#if BELLOWS_X86_VERSIONS
-  if (__builtin_cpu_supports("avx2")) return avx2;
-#endif
-  return baseline;
-}
-
 /// One bucket [lo, hi): whole code blocks by quantize_block, the edges element by element
 /// (OR-ed into bytes the caller zeroed; an edge byte may be shared with the next bucket).
 template <unsigned Bits>
 inline void quantize_bucket(const float* in, std::size_t lo, std::size_t hi, float inv, std::int32_t s,
-                            const philox::stream& rng, philox_lanes_fn draw_words, quantize_block_fn<Bits> block,
-                            std::uint8_t* codes) noexcept {
+                            const philox::stream& rng, philox_lanes_fn draw_words, std::uint8_t* codes) noexcept {
   const auto [first, last] = whole_blocks(lo, hi);
   const auto one = [&](std::size_t i) {
     const float u = philox::to_uniform(rng.word(i));
@@ -157,7 +130,7 @@ inline void quantize_bucket(const float* in, std::size_t lo, std::size_t hi, flo
   for (std::size_t i = first; i < last; i += code_block) {
     std::uint32_t word[code_block];
     draw_words(rng, static_cast<std::uint32_t>(i / 4), word);
-    block(in + i, i, inv, s, word, codes);
+    quantize_block<Bits>(in + i, i, inv, s, word, codes);
   }
   for (std::size_t i = last; i < hi; ++i) one(i);
 }
@@ -176,14 +149,13 @@ void quantize_range(std::span<const float> in, const code_layout& layout, bucket
   const auto s = static_cast<std::int32_t>(layout.levels());
   const std::size_t lo = b0 * layout.bucket, hi = std::min(layout.n, b1 * layout.bucket);
   std::fill(codes + lo * Bits / 8, codes + (hi * Bits + 7) / 8, std::uint8_t{0});
-  const quantize_block_fn<Bits> block = avx2_where_present(&quantize_block_baseline<Bits>, &quantize_block_avx2<Bits>);
   for (std::size_t b = b0; b < b1; ++b) {
     const std::size_t i = b * layout.bucket, j = std::min(layout.n, i + layout.bucket);
     float scale = bucket_scale(in.data() + i, j - i, norm);
     if (!(scale >= smallest_scale)) scale = std::isfinite(scale) ? 0.0f : scale;
     scales[b] = scale;
     if (scale == 0.0f || !std::isfinite(scale)) continue;
-    quantize_bucket<Bits>(in.data(), i, j, static_cast<float>(s) / scale, s, rng, draw_words, block, codes);
+    quantize_bucket<Bits>(in.data(), i, j, static_cast<float>(s) / scale, s, rng, draw_words, codes);
   }
 }
 
@@ -282,11 +254,13 @@ inline bool quantize_pack(executor& exec, std::span<const float> in, const code_
                   " elements overrun the 2^34-word Philox stream");
   const philox_lanes_fn draw_words = philox_lanes_for_this_cpu();
   exec.for_chunks(layout.buckets(), detail::buckets_per_task(layout.bucket), [&](std::size_t b0, std::size_t b1) {
-    switch (layout.bits) {
-      case 2: detail::quantize_range<2>(in, layout, norm, rng, draw_words, scales, codes.data(), b0, b1); break;
-      case 4: detail::quantize_range<4>(in, layout, norm, rng, draw_words, scales, codes.data(), b0, b1); break;
-      default: detail::quantize_range<8>(in, layout, norm, rng, draw_words, scales, codes.data(), b0, b1); break;
-    }
+    run_widest([&] {
+      switch (layout.bits) {
+        case 2: detail::quantize_range<2>(in, layout, norm, rng, draw_words, scales, codes.data(), b0, b1); break;
+        case 4: detail::quantize_range<4>(in, layout, norm, rng, draw_words, scales, codes.data(), b0, b1); break;
+        default: detail::quantize_range<8>(in, layout, norm, rng, draw_words, scales, codes.data(), b0, b1); break;
+      }
+    });
   });
   return std::ranges::all_of(scales, [](float s) { return std::isfinite(s); });
 }

@@ -11,7 +11,8 @@
 // Determinism: every output element is computed by one task with an order of operations fixed by
 // the shape alone (row chunks for P and the reconstruction, column panels for Q; lanes of
 // `lane_width` consecutive columns summed in a fixed tree), so results are bit-identical for any
-// thread count and any instruction set the compiler picks.
+// thread count and any instruction set the compiler picks. The kernels run in their AVX2 build
+// where the processor has it (cpu/isa.hpp), which gives the same bits.
 #pragma once
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "bellows/core/error.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
+#include "bellows/cpu/isa.hpp"
 
 #if defined(__GNUC__)
 #define BELLOWS_PREFETCH(address) __builtin_prefetch(address)
@@ -272,10 +274,12 @@ inline void project_rows(executor& exec, const compensated_matrix& M, std::span<
   detail::check_factor("project_rows", q.size(), rank * M.cols);
   detail::check_factor("project_rows", p.size(), rank * M.rows);
   exec.for_chunks(M.rows, detail::rows_per_task(M.cols), [&](std::size_t lo, std::size_t hi) {
-    if (M.has_memory())
-      detail::project_rows_range<true>(M, q, p, rank, lo, hi);
-    else
-      detail::project_rows_range<false>(M, q, p, rank, lo, hi);
+    run_widest([&] {
+      if (M.has_memory())
+        detail::project_rows_range<true>(M, q, p, rank, lo, hi);
+      else
+        detail::project_rows_range<false>(M, q, p, rank, lo, hi);
+    });
   });
 }
 
@@ -290,10 +294,12 @@ inline void project_cols(executor& exec, const compensated_matrix& M, std::span<
   detail::check_factor("project_cols", p.size(), rank * M.rows);
   detail::check_factor("project_cols", q.size(), rank * M.cols);
   exec.for_chunks(M.cols, detail::panel_width(rank), [&](std::size_t j0, std::size_t j1) {
-    if (M.has_memory())
-      detail::project_cols_panel<true>(M, p, q, rank, j0, j1);
-    else
-      detail::project_cols_panel<false>(M, p, q, rank, j0, j1);
+    run_widest([&] {
+      if (M.has_memory())
+        detail::project_cols_panel<true>(M, p, q, rank, j0, j1);
+      else
+        detail::project_cols_panel<false>(M, p, q, rank, j0, j1);
+    });
   });
 }
 
@@ -310,13 +316,15 @@ inline void reconstruct_update(executor& exec, std::span<float> g, std::span<flo
   detail::check_factor("reconstruct_update", q.size(), rank * cols);
   detail::check_factor("reconstruct_update", p.size(), rank * rows);
   exec.for_chunks(rows, detail::rows_per_task(cols), [&](std::size_t lo, std::size_t hi) {
-    for (std::size_t i = lo; i < hi; ++i) {
-      float* gi = g.data() + i * cols;
-      if (e.empty())
-        detail::reconstruct_row<false>(gi, nullptr, p.data() + i, rows, q.data(), cols, rank);
-      else
-        detail::reconstruct_row<true>(gi, e.data() + i * cols, p.data() + i, rows, q.data(), cols, rank);
-    }
+    run_widest([&] {
+      for (std::size_t i = lo; i < hi; ++i) {
+        float* gi = g.data() + i * cols;
+        if (e.empty())
+          detail::reconstruct_row<false>(gi, nullptr, p.data() + i, rows, q.data(), cols, rank);
+        else
+          detail::reconstruct_row<true>(gi, e.data() + i * cols, p.data() + i, rows, q.data(), cols, rank);
+      }
+    });
   });
 }
 
