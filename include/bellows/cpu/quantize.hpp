@@ -17,7 +17,6 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -116,12 +115,25 @@ inline void quantize_block(const float* v, std::size_t i0, float inv, std::int32
   }
 }
 
-/// One bucket [lo, hi): whole code blocks by quantize_block, the edges element by element
-/// (OR-ed into bytes the caller zeroed; an edge byte may be shared with the next bucket).
+/// Zeroes the code bytes of elements [from, to) that an earlier bucket did not write: from the
+/// first byte that starts at or after element `from` (a byte shared with the previous bucket
+/// holds its codes already; that bucket zeroed it) to the byte of element to - 1. Buckets are
+/// visited in order, and a task's first bucket starts on a byte (buckets_per_task), so every
+/// byte is zeroed once, before any code is OR-ed into it.
+template <unsigned Bits>
+inline void zero_code_bytes(std::uint8_t* codes, std::size_t from, std::size_t to) noexcept {
+  std::fill(codes + (from * Bits + 7) / 8, codes + (to * Bits + 7) / 8, std::uint8_t{0});
+}
+
+/// One bucket [lo, hi): whole code blocks by quantize_block, which writes whole bytes, and the
+/// edges element by element, OR-ed into bytes zeroed here (an edge byte may be shared with the
+/// next bucket).
 template <unsigned Bits>
 inline void quantize_bucket(const float* in, std::size_t lo, std::size_t hi, float inv, std::int32_t s,
                             const philox::stream& rng, philox_lanes_fn draw_words, std::uint8_t* codes) noexcept {
   const auto [first, last] = whole_blocks(lo, hi);
+  zero_code_bytes<Bits>(codes, lo, first);
+  zero_code_bytes<Bits>(codes, last, hi);
   const auto one = [&](std::size_t i) {
     const float u = philox::to_uniform(rng.word(i));
     codes[i * Bits / 8] |= static_cast<std::uint8_t>(code_of(in[i], inv, u, s, Bits) << (i * Bits % 8));
@@ -147,14 +159,15 @@ void quantize_range(std::span<const float> in, const code_layout& layout, bucket
                     const philox::stream& rng, philox_lanes_fn draw_words, std::span<float> scales,
                     std::uint8_t* codes, std::size_t b0, std::size_t b1) noexcept {
   const auto s = static_cast<std::int32_t>(layout.levels());
-  const std::size_t lo = b0 * layout.bucket, hi = std::min(layout.n, b1 * layout.bucket);
-  std::fill(codes + lo * Bits / 8, codes + (hi * Bits + 7) / 8, std::uint8_t{0});
   for (std::size_t b = b0; b < b1; ++b) {
     const std::size_t i = b * layout.bucket, j = std::min(layout.n, i + layout.bucket);
     float scale = bucket_scale(in.data() + i, j - i, norm);
     if (!(scale >= smallest_scale)) scale = std::isfinite(scale) ? 0.0f : scale;
     scales[b] = scale;
-    if (scale == 0.0f || !std::isfinite(scale)) continue;
+    if (scale == 0.0f || !std::isfinite(scale)) {
+      zero_code_bytes<Bits>(codes, i, j);
+      continue;
+    }
     quantize_bucket<Bits>(in.data(), i, j, static_cast<float>(s) / scale, s, rng, draw_words, codes);
   }
 }
@@ -175,39 +188,21 @@ inline void store(float* out, float value) noexcept {
     *out = value;
 }
 
-/// For codes narrower than a byte: the signed levels of the codes a byte holds, in element
-/// order, for each of the 256 bytes (a byte's values are then one load and one multiply).
-template <unsigned Bits>
-[[nodiscard]] inline const std::array<float, 256 * (8 / Bits)>& signed_levels_by_byte() noexcept {
-  static const auto table = [] {
-    constexpr std::size_t per_byte = 8 / Bits;
-    std::array<float, 256 * per_byte> t{};
-    for (std::uint32_t byte = 0; byte < 256; ++byte)
-      for (std::size_t k = 0; k < per_byte; ++k)
-        t[byte * per_byte + k] = decode_code<Bits>((byte >> (k * Bits)) & ((1u << Bits) - 1), 1.0f);
-    return t;
-  }();
-  return table;
-}
-
-/// Writes (or adds) the decoded values of elements [i0, i0 + code_block) of one bucket. Both
-/// forms give decode_code's bits: (+-level) * step is +-(level * step) exactly.
+/// Writes (or adds) the decoded values of elements [i0, i0 + code_block) of one bucket: the
+/// codes are first spread one to a byte (the low bits of a byte hold its first code), then
+/// each becomes decode_code's value.
 template <unsigned Bits, bool Add>
 inline void dequantize_block(const std::uint8_t* codes, std::size_t i0, float step, float* out) noexcept {
-  // A local copy: stores to `out` could otherwise alias the code bytes, which would keep the
-  // compiler from vectorising.
-  std::uint8_t bytes[code_block * Bits / 8];
+  constexpr std::size_t per_byte = 8 / Bits;
+  // The codes are copied out first: stores to `out` could otherwise alias the code bytes, which
+  // would keep the compiler from vectorising.
+  std::uint8_t bytes[code_block / per_byte];
   std::memcpy(bytes, codes + i0 * Bits / 8, sizeof(bytes));
-  if constexpr (Bits == 8) {
-    for (std::size_t t = 0; t < code_block; ++t) store<Add>(out + t, decode_code<8>(bytes[t], step));
-  } else {
-    constexpr std::size_t per_byte = 8 / Bits;
-    const float* table = signed_levels_by_byte<Bits>().data();
-    for (std::size_t b = 0; b < code_block / per_byte; ++b) {
-      const float* levels = table + std::size_t{bytes[b]} * per_byte;
-      for (std::size_t k = 0; k < per_byte; ++k) store<Add>(out + b * per_byte + k, levels[k] * step);
-    }
-  }
+  std::uint8_t c[code_block];
+  for (std::size_t b = 0; b < code_block / per_byte; ++b)
+    for (std::size_t k = 0; k < per_byte; ++k)
+      c[b * per_byte + k] = static_cast<std::uint8_t>((bytes[b] >> (k * Bits)) & ((1u << Bits) - 1));
+  for (std::size_t t = 0; t < code_block; ++t) store<Add>(out + t, decode_code<Bits>(c[t], step));
 }
 
 template <unsigned Bits, bool Add>
