@@ -2,6 +2,7 @@
 // The device draws the same Philox words, uniforms and normals as the host.
 #include <bellows/core/philox.hpp>
 #include <bellows/cuda/check.cuh>
+#include <bellows/cuda/launch.cuh>
 
 #include <doctest/doctest.h>
 
@@ -40,8 +41,7 @@ TEST_CASE("cuda philox: device words, uniforms and normals equal the host's") {
   BELLOWS_CUDA_CHECK(cudaMalloc(&d_words, n * sizeof(std::uint32_t)));
   BELLOWS_CUDA_CHECK(cudaMalloc(&d_uniforms, n * sizeof(float)));
   BELLOWS_CUDA_CHECK(cudaMalloc(&d_normals, n * sizeof(float)));
-  draw<<<n / 256, 256>>>(s, d_words, d_uniforms, d_normals, n);
-  BELLOWS_CUDA_CHECK(cudaGetLastError());
+  bellows::cuda::detail::launch(&draw, n / 256, 256u, nullptr, s, d_words, d_uniforms, d_normals, n);
   std::vector<std::uint32_t> words(n);
   std::vector<float> uniforms(n), normals(n);
   BELLOWS_CUDA_CHECK(cudaMemcpy(words.data(), d_words, n * sizeof(std::uint32_t), cudaMemcpyDeviceToHost));

@@ -14,6 +14,7 @@
 #include "bellows/core/error.hpp"
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/executor.cuh"
+#include "bellows/cuda/launch.cuh"
 
 namespace bellows::cuda {
 
@@ -43,8 +44,7 @@ __global__ void map_kernel(float* out, std::size_t n, Op op) {
 template <class Op>
 void map(executor& exec, std::span<float> out, Op op) {
   if (out.empty()) return;
-  map_kernel<<<stride_blocks(out.size()), elementwise_threads, 0, exec.stream()>>>(out.data(), out.size(), op);
-  BELLOWS_CUDA_CHECK(cudaGetLastError());
+  launch(&map_kernel<Op>, stride_blocks(out.size()), elementwise_threads, exec.stream(), out.data(), out.size(), op);
 }
 
 struct constant_op {
@@ -103,9 +103,8 @@ inline void same_lengths(const char* who, std::size_t a, std::size_t b) {
 /// on the device until the caller reads it.
 inline void flag_non_finite(executor& exec, std::span<const float> x, unsigned* flag) {
   if (x.empty()) return;
-  detail::flag_kernel<<<detail::stride_blocks(x.size()), detail::elementwise_threads, 0, exec.stream()>>>(
-      x.data(), x.size(), flag);
-  BELLOWS_CUDA_CHECK(cudaGetLastError());
+  detail::launch(&detail::flag_kernel<float>, detail::stride_blocks(x.size()), detail::elementwise_threads, exec.stream(),
+                 x.data(), x.size(), flag);
 }
 
 /// x[i] = value.

@@ -21,6 +21,7 @@
 #include "bellows/core/error.hpp"
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/executor.cuh"
+#include "bellows/cuda/launch.cuh"
 
 namespace bellows::cuda {
 
@@ -105,9 +106,8 @@ inline void orthogonalize(executor& exec, std::span<float> cols, std::size_t row
                   rows);
   BELLOWS_EXPECTS(eps >= 0.0f, "cuda::orthogonalize: eps must be >= 0, got ", eps);
   if (cols.empty()) return;
-  detail::orthogonalize_kernel<<<1, detail::orthogonalize_threads, 0, exec.stream()>>>(cols.data(), rows,
-                                                                                      cols.size() / rows, eps);
-  BELLOWS_CUDA_CHECK(cudaGetLastError());
+  detail::launch(&detail::orthogonalize_kernel, 1u, detail::orthogonalize_threads, exec.stream(), cols.data(), rows,
+                 cols.size() / rows, eps);
 }
 
 }  // namespace bellows::cuda

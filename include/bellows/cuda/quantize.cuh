@@ -21,6 +21,7 @@
 #include "bellows/cpu/quantize.hpp"
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/executor.cuh"
+#include "bellows/cuda/launch.cuh"
 
 namespace bellows::cuda {
 
@@ -147,17 +148,15 @@ inline void quantize_pack(executor& exec, std::span<const float> in, const cpu::
   if (in.empty()) return;
   const std::size_t groups = (layout.buckets() + detail::buckets_per_warp - 1) / detail::buckets_per_warp;
   const unsigned blocks = blocks_for(groups * 32, detail::quantize_threads);
-  const auto launch = [&](auto kernel) {
-    kernel<<<blocks, detail::quantize_threads, 0, exec.stream()>>>(in.data(), in.size(), layout.bucket, norm, rng,
-                                                                   scales.data(), codes.data(), codes.size(),
-                                                                   non_finite);
+  const auto run = [&](auto kernel) {
+    detail::launch(kernel, blocks, detail::quantize_threads, exec.stream(), in.data(), in.size(), layout.bucket, norm,
+                   rng, scales.data(), codes.data(), codes.size(), non_finite);
   };
   switch (layout.bits) {
-    case 2: launch(detail::quantize_kernel<2>); break;
-    case 4: launch(detail::quantize_kernel<4>); break;
-    default: launch(detail::quantize_kernel<8>); break;
+    case 2: run(&detail::quantize_kernel<2>); break;
+    case 4: run(&detail::quantize_kernel<4>); break;
+    default: run(&detail::quantize_kernel<8>); break;
   }
-  BELLOWS_CUDA_CHECK(cudaGetLastError());
 }
 
 /// cpu::unpack_dequantize on the device: out[i] = value_i, or out[i] += value_i when
@@ -168,16 +167,15 @@ inline void unpack_dequantize(executor& exec, std::span<const float> scales, std
   if (out.empty()) return;
   std::size_t blocks = (out.size() + 255) / 256;
   if (blocks > 4096) blocks = 4096;
-  const auto launch = [&](auto kernel) {
-    kernel<<<static_cast<unsigned>(blocks), 256, 0, exec.stream()>>>(scales.data(), codes.data(), out.size(),
-                                                                      layout.bucket, out.data(), accumulate);
+  const auto run = [&](auto kernel) {
+    detail::launch(kernel, static_cast<unsigned>(blocks), 256u, exec.stream(), scales.data(), codes.data(), out.size(),
+                   layout.bucket, out.data(), accumulate);
   };
   switch (layout.bits) {
-    case 2: launch(detail::dequantize_kernel<2>); break;
-    case 4: launch(detail::dequantize_kernel<4>); break;
-    default: launch(detail::dequantize_kernel<8>); break;
+    case 2: run(&detail::dequantize_kernel<2>); break;
+    case 4: run(&detail::dequantize_kernel<4>); break;
+    default: run(&detail::dequantize_kernel<8>); break;
   }
-  BELLOWS_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace bellows::cuda

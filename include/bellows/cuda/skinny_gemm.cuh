@@ -49,6 +49,7 @@
 #include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/gram_schmidt.cuh"  // warp_sum
+#include "bellows/cuda/launch.cuh"
 
 namespace bellows::cuda {
 
@@ -361,11 +362,10 @@ inline void project_rows(executor& exec, const cpu::compensated_matrix& M, std::
   const unsigned blocks = detail::grid_of("cuda::project_rows", (n + rows_per_block - 1) / rows_per_block);
   for (std::size_t k0 = 0; k0 < rank; k0 += detail::skinny_rank_block) {
     detail::with_rank_and_width(std::min<std::size_t>(detail::skinny_rank_block, rank - k0), v, [&](auto K, auto V) {
-      detail::project_rows_kernel<decltype(K)::value, decltype(V)::value>
-          <<<blocks, detail::skinny_threads, 0, exec.stream()>>>(M.g.data(), e, n, m, q.data() + k0 * m,
-                                                                  p.data() + k0 * n, tx);
+      detail::launch(&detail::project_rows_kernel<decltype(K)::value, decltype(V)::value>, blocks,
+                     detail::skinny_threads, exec.stream(), M.g.data(), e, n, m, q.data() + k0 * m, p.data() + k0 * n,
+                     tx);
     });
-    BELLOWS_CUDA_CHECK(cudaGetLastError());
   }
 }
 
@@ -394,17 +394,14 @@ inline void project_cols(executor& exec, const cpu::compensated_matrix& M, std::
   float* out = row_tiles > 1 ? sums : q.data();
   for (std::size_t k0 = 0; k0 < rank; k0 += detail::skinny_rank_block) {
     detail::with_rank_and_width(std::min<std::size_t>(detail::skinny_rank_block, rank - k0), v, [&](auto K, auto V) {
-      detail::project_cols_kernel<decltype(K)::value, decltype(V)::value>
-          <<<blocks, detail::skinny_threads, 0, exec.stream()>>>(M.g.data(), e, n, m, p.data() + k0 * n,
-                                                                  out + k0 * m, rank * m, tx, col_tiles);
+      detail::launch(&detail::project_cols_kernel<decltype(K)::value, decltype(V)::value>, blocks,
+                     detail::skinny_threads, exec.stream(), M.g.data(), e, n, m, p.data() + k0 * n, out + k0 * m,
+                     rank * m, tx, col_tiles);
     });
-    BELLOWS_CUDA_CHECK(cudaGetLastError());
   }
-  if (row_tiles > 1) {
-    detail::sum_tiles_kernel<<<detail::stride_blocks(rank * m), detail::elementwise_threads, 0, exec.stream()>>>(
-        sums, row_tiles, rank * m, q.data());
-    BELLOWS_CUDA_CHECK(cudaGetLastError());
-  }
+  if (row_tiles > 1)
+    detail::launch(&detail::sum_tiles_kernel, detail::stride_blocks(rank * m), detail::elementwise_threads,
+                   exec.stream(), sums, row_tiles, rank * m, q.data());
 }
 
 /// cpu::reconstruct_update on the device, in one pass over g and e: out = p q^T (r >= 1
@@ -425,18 +422,16 @@ inline void reconstruct_update(executor& exec, std::span<float> g, std::span<flo
   const std::size_t rows_per_block = std::size_t{detail::skinny_threads / tx} * detail::reconstruct_rows;
   const unsigned blocks =
       detail::grid_of("cuda::reconstruct_update", col_tiles * ((rows + rows_per_block - 1) / rows_per_block));
-  const auto launch = [&](auto K, auto V) {
-    detail::reconstruct_kernel<decltype(K)::value, decltype(V)::value>
-        <<<blocks, detail::skinny_threads, 0, exec.stream()>>>(g.data(), e_data, rows, cols, p.data(), q.data(), rank,
-                                                                tx, col_tiles);
+  const auto run = [&](auto K, auto V) {
+    detail::launch(&detail::reconstruct_kernel<decltype(K)::value, decltype(V)::value>, blocks, detail::skinny_threads,
+                   exec.stream(), g.data(), e_data, rows, cols, p.data(), q.data(), rank, tx, col_tiles);
   };
   if (rank <= detail::skinny_rank_block)
-    detail::with_rank_and_width(rank, v, launch);
+    detail::with_rank_and_width(rank, v, run);
   else if (v == 4)
-    launch(std::integral_constant<unsigned, 0>{}, std::integral_constant<unsigned, 4>{});
+    run(std::integral_constant<unsigned, 0>{}, std::integral_constant<unsigned, 4>{});
   else
-    launch(std::integral_constant<unsigned, 0>{}, std::integral_constant<unsigned, 1>{});
-  BELLOWS_CUDA_CHECK(cudaGetLastError());
+    run(std::integral_constant<unsigned, 0>{}, std::integral_constant<unsigned, 1>{});
 }
 
 }  // namespace bellows::cuda
