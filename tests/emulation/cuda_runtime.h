@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: Apache-2.0
+// A CPU emulation of the parts of CUDA that bellows' kernels and their tests use, so that the
+// CUDA tests also run where there is no GPU (tests/CMakeLists.txt builds them against this
+// header, with a host compiler, instead of the toolkit's). It checks what a kernel computes:
+// indexing, tails, block and warp cooperation, the host-side arithmetic it must match. It says
+// nothing about speed, the memory model or the GPU's own rounding of intrinsics.
+//
+// How it runs a kernel: at launch, at once (streams are ignored; every call is synchronous),
+// block after block; the threads of a block are fibers on the calling OS thread (x86-64 only:
+// the switch between them is a few lines of assembly). A
+// thread runs until it reaches a barrier: __syncthreads (all live threads of the block) or a
+// warp operation (__syncwarp, shuffles: all live threads of its warp). A barrier opens when
+// every live thread it names waits at it; threads that returned from the kernel no longer
+// count, as on the GPU. When no barrier can open, the kernel is stuck (a barrier inside
+// divergent code), and the emulation aborts saying so; so does a shuffle that reads a lane that
+// has left. __shared__ variables are static: one copy that every thread of a block sees.
+// "Device" memory is host memory filled with 0xA5 bytes when allocated, so a kernel that reads
+// what nobody wrote gets garbage, as it would on a GPU.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <tuple>
+#include <utility>
+#include <type_traits>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+
+using std::isfinite;
+using std::isnan;
+
+struct uint3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+inline uint3 threadIdx{0, 0, 0}, blockIdx{0, 0, 0}, blockDim, gridDim;
+inline constexpr int warpSize = 32;
+
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+
+// ---- runtime API ---------------------------------------------------------------------------
+
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+};
+using cudaError = cudaError_t;
+enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+struct CUstream_st {};
+using cudaStream_t = CUstream_st*;
+
+namespace bellows_emulation {
+inline cudaError_t last_error = cudaSuccess;
+inline cudaError_t fail(cudaError_t e) {
+  last_error = e;
+  return e;
+}
+}  // namespace bellows_emulation
+
+inline cudaError_t cudaGetLastError() { return std::exchange(bellows_emulation::last_error, cudaSuccess); }
+inline cudaError_t cudaPeekAtLastError() { return bellows_emulation::last_error; }
+inline const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+  }
+  return "cudaErrorUnknown";
+}
+inline const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+  }
+  return "unknown error";
+}
+inline cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+inline cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : bellows_emulation::fail(cudaErrorInvalidValue); }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
+  *p = nullptr;
+  if (bytes > (std::size_t{1} << 40)) return bellows_emulation::fail(cudaErrorMemoryAllocation);
+  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256;
+  *p = std::aligned_alloc(256, rounded);
+  if (*p == nullptr) return bellows_emulation::fail(cudaErrorMemoryAllocation);
+  std::memset(*p, 0xA5, rounded);
+  return cudaSuccess;
+}
+template <class T>
+cudaError_t cudaMalloc(T** p, std::size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(p), bytes);
+}
+inline cudaError_t cudaFree(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpy(void* to, const void* from, std::size_t bytes, cudaMemcpyKind) {
+  if (bytes != 0) std::memmove(to, from, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind,
+                                   cudaStream_t = nullptr) {
+  return cudaMemcpy(to, from, bytes, kind);
+}
+inline cudaError_t cudaMemset(void* p, int value, std::size_t bytes) {
+  if (bytes != 0) std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t = nullptr) {
+  return cudaMemset(p, value, bytes);
+}
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  *s = new CUstream_st;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete s;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+// ---- the block scheduler -------------------------------------------------------------------
+
+// Switching between fibers: saves the callee-saved registers of x86-64 on the current stack,
+// stores the stack pointer in *from and continues on the stack `to` (no system call, unlike
+// swapcontext, which saves the signal mask on every switch).
+extern "C" void bellows_emulation_switch(void** from, void* to);
+asm(R"(
+  .text
+  .weak bellows_emulation_switch
+  .type bellows_emulation_switch, @function
+bellows_emulation_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size bellows_emulation_switch, .-bellows_emulation_switch
+)");
+
+namespace bellows_emulation {
+
+enum class wait : unsigned char { running, block, warp, done };
+
+struct fiber {
+  void* stack_pointer = nullptr;  // where its registers are saved while it is not running
+  std::unique_ptr<char[]> stack;
+  wait state = wait::done;
+};
+
+/// The fibers are made once and kept: a fiber that finished its thread of one block runs the
+/// same thread of the next block (or of the next launch) when the scheduler resumes it.
+struct machine {
+  static constexpr std::size_t stack_bytes = 64 * 1024;
+  std::vector<fiber> threads;
+  void* scheduler = nullptr;
+  unsigned current = 0;
+  void (*entry)(void*) = nullptr;
+  void* entry_context = nullptr;
+  std::uint64_t exchange[1024];  // one slot a thread, for shuffles and votes
+};
+inline machine m;
+
+[[noreturn]] inline void stuck(const char* what) {
+  std::fprintf(stderr, "cuda emulation: %s (block %u)\n", what, blockIdx.x);
+  std::abort();
+}
+
+/// The calling thread waits at a barrier until the scheduler opens it.
+inline void arrive(wait at) {
+  fiber& f = m.threads[m.current];
+  f.state = at;
+  bellows_emulation_switch(&f.stack_pointer, m.scheduler);
+}
+
+[[noreturn]] inline void fiber_main() {
+  for (;;) {
+    m.entry(m.entry_context);
+    arrive(wait::done);
+  }
+}
+
+/// A fiber whose first switch enters fiber_main on its own stack: the six saved registers
+/// (zero), then fiber_main as the return address, with the stack aligned as after a call.
+inline void make_fiber(fiber& f) {
+  f.stack = std::make_unique<char[]>(machine::stack_bytes);
+  auto top = reinterpret_cast<std::uintptr_t>(f.stack.get() + machine::stack_bytes) / 16 * 16;
+  auto* slots = reinterpret_cast<void**>(top - 64);
+  for (int r = 0; r < 6; ++r) slots[r] = nullptr;
+  slots[6] = reinterpret_cast<void*>(&fiber_main);
+  slots[7] = nullptr;
+  f.stack_pointer = slots;
+}
+
+/// Opens what can open: whole warps waiting at warp barriers, else the block barrier when every
+/// live thread waits at it. False when the block has finished.
+inline bool open_barriers(unsigned threads) {
+  bool live = false, opened = false;
+  for (unsigned w = 0; w * 32 < threads; ++w) {
+    const unsigned lo = w * 32, hi = std::min(threads, lo + 32);
+    bool all_at_warp = true, any = false;
+    for (unsigned t = lo; t < hi; ++t) {
+      if (m.threads[t].state == wait::done) continue;
+      any = true;
+      all_at_warp &= m.threads[t].state == wait::warp;
+    }
+    live |= any;
+    if (any && all_at_warp) {
+      for (unsigned t = lo; t < hi; ++t)
+        if (m.threads[t].state == wait::warp) m.threads[t].state = wait::running;
+      opened = true;
+    }
+  }
+  if (!live || opened) return live;
+  for (unsigned t = 0; t < threads; ++t)
+    if (m.threads[t].state == wait::warp) stuck("a warp waits at a warp barrier that some of its threads never reach");
+  for (unsigned t = 0; t < threads; ++t)
+    if (m.threads[t].state == wait::block) m.threads[t].state = wait::running;
+  return true;
+}
+
+inline void run_grid(unsigned blocks, unsigned threads, void (*entry)(void*), void* context) {
+  while (m.threads.size() < threads) make_fiber(m.threads.emplace_back());
+  m.entry = entry;
+  m.entry_context = context;
+  gridDim = {blocks, 1, 1};
+  blockDim = {threads, 1, 1};
+  for (unsigned b = 0; b < blocks; ++b) {
+    blockIdx = {b, 0, 0};
+    for (unsigned t = 0; t < threads; ++t) m.threads[t].state = wait::running;
+    do {
+      for (unsigned t = 0; t < threads; ++t) {
+        if (m.threads[t].state != wait::running) continue;
+        m.current = t;
+        threadIdx = {t, 0, 0};
+        bellows_emulation_switch(&m.scheduler, m.threads[t].stack_pointer);
+      }
+    } while (open_barriers(threads));
+  }
+}
+
+/// Runs kernel(args...) over the grid, now. A bad configuration sets the launch error, as
+/// CUDA's does.
+template <class... Params>
+void launch(void (*kernel)(Params...), unsigned blocks, unsigned threads, cudaStream_t, Params... args) {
+  if (blocks == 0 || threads == 0 || threads > 1024) {
+    fail(cudaErrorInvalidConfiguration);
+    return;
+  }
+  struct call {
+    void (*kernel)(Params...);
+    std::tuple<Params...> args;
+  } pending{kernel, std::tuple<Params...>(args...)};
+  run_grid(blocks, threads, [](void* p) {
+    auto* c = static_cast<call*>(p);
+    std::apply(c->kernel, c->args);  // each thread gets its own copies of the parameters
+  }, &pending);
+}
+
+/// The value `v` of lane `source` (an index within the calling thread's warp), exchanged
+/// between the warp's live threads.
+template <class T>
+T from_lane(T v, unsigned source) {
+  static_assert(sizeof(T) <= sizeof(std::uint64_t) && std::is_trivially_copyable_v<T>);
+  const unsigned me = threadIdx.x, from = me / 32 * 32 + source;
+  std::memcpy(&m.exchange[me], &v, sizeof(T));
+  arrive(wait::warp);
+  if (from >= blockDim.x || m.threads[from].state == wait::done) stuck("a shuffle reads a lane that has left or does not exist");
+  T r;
+  std::memcpy(&r, &m.exchange[from], sizeof(T));
+  arrive(wait::warp);  // nobody writes its slot again before every lane has read
+  return r;
+}
+
+}  // namespace bellows_emulation
+
+// ---- device functions ----------------------------------------------------------------------
+
+inline void __syncthreads() { bellows_emulation::arrive(bellows_emulation::wait::block); }
+inline int __syncthreads_or(int predicate) {
+  using namespace bellows_emulation;
+  m.exchange[threadIdx.x] = predicate != 0;
+  arrive(wait::block);
+  int any = 0;
+  for (unsigned t = 0; t < blockDim.x; ++t) any |= m.threads[t].state != wait::done && m.exchange[t] != 0;
+  arrive(wait::block);
+  return any;
+}
+inline void __syncwarp(unsigned = 0xFFFFFFFFu) { bellows_emulation::arrive(bellows_emulation::wait::warp); }
+
+template <class T>
+T __shfl_sync(unsigned, T v, int source, int width = 32) {
+  const unsigned lane = threadIdx.x % 32, w = static_cast<unsigned>(width);
+  return bellows_emulation::from_lane(v, lane / w * w + static_cast<unsigned>(source) % w);
+}
+template <class T>
+T __shfl_xor_sync(unsigned, T v, int mask, int width = 32) {
+  const unsigned lane = threadIdx.x % 32, w = static_cast<unsigned>(width);
+  const unsigned source = lane ^ static_cast<unsigned>(mask);
+  // a lane of a later group of `width` lanes gives back the caller's own value
+  return bellows_emulation::from_lane(v, source / w > lane / w ? lane : source);
+}
+
+inline unsigned __reduce_add_sync(unsigned, unsigned v) {
+  using namespace bellows_emulation;
+  const unsigned me = threadIdx.x, lo = me / 32 * 32, hi = std::min(blockDim.x, lo + 32);
+  m.exchange[me] = v;
+  arrive(wait::warp);
+  unsigned sum = 0;
+  for (unsigned t = lo; t < hi; ++t) {
+    if (m.threads[t].state == wait::done) stuck("__reduce_add_sync with a lane that has left");
+    sum += static_cast<unsigned>(m.exchange[t]);
+  }
+  arrive(wait::warp);
+  return sum;
+}
+
+/// The position of the offset-th set bit of `mask` counting up from bit `base` (offset >= 1;
+/// the only form bellows uses), or 0xFFFFFFFF when there are fewer.
+inline unsigned __fns(unsigned mask, unsigned base, int offset) {
+  if (offset < 1) bellows_emulation::stuck("__fns with offset < 1 is not emulated");
+  for (unsigned b = base; b < 32; ++b)
+    if ((mask >> b & 1u) != 0 && --offset == 0) return b;
+  return 0xFFFFFFFFu;
+}
+
+template <class T>
+T atomicAdd(T* p, T v) {
+  const T old = *p;
+  *p = old + v;
+  return old;
+}
+template <class T>
+T atomicOr(T* p, T v) {
+  const T old = *p;
+  *p = old | v;
+  return old;
+}
+template <class T>
+T atomicMax(T* p, T v) {
+  const T old = *p;
+  *p = std::max(old, v);
+  return old;
+}
+
+template <class A, class B>
+auto min(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  return static_cast<C>(a) < static_cast<C>(b) ? static_cast<C>(a) : static_cast<C>(b);
+}
+template <class A, class B>
+auto max(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  return static_cast<C>(a) < static_cast<C>(b) ? static_cast<C>(b) : static_cast<C>(a);
+}
+
+inline int __popc(unsigned x) { return std::popcount(x); }
+inline int __popcll(unsigned long long x) { return std::popcount(x); }
+inline int __ffs(int x) { return x == 0 ? 0 : std::countr_zero(static_cast<unsigned>(x)) + 1; }
+inline int __ffsll(long long x) { return x == 0 ? 0 : std::countr_zero(static_cast<unsigned long long>(x)) + 1; }
+
+inline std::uint32_t __float_as_uint(float x) { return std::bit_cast<std::uint32_t>(x); }
+inline float __uint_as_float(std::uint32_t x) { return std::bit_cast<float>(x); }
+// The tests build with -ffp-contract=off: each operation rounds on its own, as the _rn forms do.
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __fma_rn(double a, double b, double c) { return std::fma(a, b, c); }
+
+template <class T>
+T __ldg(const T* p) {
+  return *p;
+}
+template <class T>
+T __ldcs(const T* p) {
+  return *p;
+}
+template <class T>
+void __stcs(T* p, T v) {
+  *p = v;
+}
