@@ -29,14 +29,18 @@ public:
   arena() = default;
   arena(void* base, std::size_t bytes) noexcept : base_(static_cast<std::byte*>(base)), bytes_(bytes) {}
 
-  /// The next `count` objects of type T (null while sizing). Raises bellows::error past the end.
+  /// The next `count` objects of type T (null while sizing). Raises bellows::error when they
+  /// do not fit in what is left.
   template <class T>
   [[nodiscard]] T* take(std::size_t count) {
     const std::size_t at = used_;
     used_ += (count * sizeof(T) + alignment - 1) / alignment * alignment;
     if (base_ == nullptr) return nullptr;
-    BELLOWS_EXPECTS(used_ <= bytes_, "cuda::arena: the workspace holds ", bytes_, " bytes, the call needs at least ",
-                    used_, " (reserve the size its *_workspace_bytes function gives)");
+    // the piece itself must fit (an empty one always does); the padding after it only places
+    // the next one
+    BELLOWS_EXPECTS(count == 0 || at + count * sizeof(T) <= bytes_, "cuda::arena: the workspace holds ", bytes_,
+                    " bytes, the call needs at least ", at + count * sizeof(T),
+                    " (reserve the size its *_workspace_bytes function gives)");
     return reinterpret_cast<T*>(base_ + at);
   }
 

@@ -31,6 +31,7 @@
 #include "bellows/cpu/sparse.hpp"
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/executor.cuh"
+#include "bellows/cuda/launch.cuh"
 
 namespace bellows::cuda {
 
@@ -200,29 +201,25 @@ __global__ void gather_kernel(const Word* bits, const std::uint32_t* first, std:
 /// Steps 2 to 4 (see cpu/sample.hpp): leaves the chosen set in `ws`, for gather_sample.
 inline void draw_sample(executor& exec, const cpu::sample_plan& plan, const philox::stream& s,
                         sample_workspace& ws) {
+  cudaStream_t st = exec.stream();
+  BELLOWS_CUDA_CHECK(cudaMemsetAsync(ws.non_finite, 0, sizeof(unsigned), st));  // an empty layer too
   if (plan.n == 0) return;
   const std::size_t words = sample_workspace::word_count(plan);
-  cudaStream_t st = exec.stream();
   BELLOWS_CUDA_CHECK(cudaMemsetAsync(ws.chosen, 0, words * sizeof(std::uint32_t), st));
   BELLOWS_CUDA_CHECK(cudaMemsetAsync(ws.dropped, 0, (plan.batch / 32 + 2) * sizeof(std::uint32_t), st));
   BELLOWS_CUDA_CHECK(cudaMemsetAsync(ws.distinct, 0, sizeof(std::uint32_t), st));
-  BELLOWS_CUDA_CHECK(cudaMemsetAsync(ws.non_finite, 0, sizeof(unsigned), st));
   if (plan.chosen != 0) {
     const auto n = static_cast<std::uint32_t>(plan.n);
-    detail::propose_kernel<<<blocks_for((plan.batch + 3) / 4, detail::sample_threads), detail::sample_threads, 0,
-                             st>>>(s, n, 0, plan.batch, ws.chosen, ws.distinct);
-    BELLOWS_CUDA_CHECK(cudaGetLastError());
-    detail::finish_kernel<<<1, 1024, 0, st>>>(s, plan, ws.chosen, ws.dropped, ws.distinct);
-    BELLOWS_CUDA_CHECK(cudaGetLastError());
+    detail::launch(&detail::propose_kernel<philox::stream>, blocks_for((plan.batch + 3) / 4, detail::sample_threads),
+                   detail::sample_threads, st, s, n, 0u, plan.batch, ws.chosen, ws.distinct);
+    detail::launch(&detail::finish_kernel<philox::stream>, 1u, 1024u, st, s, plan, ws.chosen, ws.dropped, ws.distinct);
   }
-  detail::popcount_kernel<<<blocks_for(words, detail::sample_threads), detail::sample_threads, 0, st>>>(
-      ws.chosen, words, ws.count);
-  BELLOWS_CUDA_CHECK(cudaGetLastError());
+  detail::launch(&detail::popcount_kernel<std::uint32_t>, blocks_for(words, detail::sample_threads), detail::sample_threads, st,
+                 ws.chosen, words, ws.count);
   BELLOWS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(ws.scan, ws.scan_bytes, ws.count, ws.rank,
                                                    static_cast<int>(words), st));
-  detail::drop_kernel<<<blocks_for(words, detail::sample_threads), detail::sample_threads, 0, st>>>(
-      ws.chosen, words, plan.n, plan.complement, ws.rank, ws.dropped, ws.count);
-  BELLOWS_CUDA_CHECK(cudaGetLastError());
+  detail::launch(&detail::drop_kernel<std::uint32_t>, blocks_for(words, detail::sample_threads), detail::sample_threads, st,
+                 ws.chosen, words, plan.n, plan.complement, ws.rank, ws.dropped, ws.count);
   BELLOWS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(ws.scan, ws.scan_bytes, ws.count, ws.first,
                                                    static_cast<int>(words), st));
 }
@@ -244,10 +241,9 @@ inline void gather_sample(executor& exec, const cpu::sample_plan& plan, sample_w
   if (n == 0) return;
   const std::size_t warps = sample_workspace::word_count(plan);
   const unsigned blocks = std::min(blocks_for(warps * 32, detail::sample_threads), 8192u);
-  detail::gather_kernel<<<blocks, detail::sample_threads, 0, exec.stream()>>>(
-      ws.chosen, ws.first, n, plan.complement, g.data(), compensate ? e.data() : nullptr,
-      compensate ? staged.data() : nullptr, out.index.data(), out.value.data(), scale, ws.non_finite);
-  BELLOWS_CUDA_CHECK(cudaGetLastError());
+  detail::launch(&detail::gather_kernel<std::uint32_t>, blocks, detail::sample_threads, exec.stream(), ws.chosen, ws.first, n,
+                 plan.complement, g.data(), compensate ? e.data() : nullptr, compensate ? staged.data() : nullptr,
+                 out.index.data(), out.value.data(), scale, ws.non_finite);
 }
 
 }  // namespace bellows::cuda
