@@ -66,11 +66,6 @@ public:
     }
     __syncthreads();  // every thread has read before a slot is written again
   }
-  void ExclusiveSum(T in, T& out) {
-    T inclusive;
-    InclusiveSum(in, inclusive);
-    out = inclusive - in;
-  }
 };
 
 template <class T, int Threads>

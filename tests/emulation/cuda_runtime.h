@@ -7,9 +7,9 @@
 //
 // How it runs a kernel: at launch, at once (streams are ignored; every call is synchronous),
 // block after block; the threads of a block are fibers on the calling OS thread (x86-64 only:
-// the switch between them is a few lines of assembly). A
-// thread runs until it reaches a barrier: __syncthreads (all live threads of the block) or a
-// warp operation (__syncwarp, shuffles: all live threads of its warp). A barrier opens when
+// the switch between them is a few lines of assembly). A thread runs until it reaches a
+// barrier: __syncthreads (all live threads of the block) or a warp operation (__syncwarp,
+// shuffles, __reduce_add_sync: all live threads of its warp). A barrier opens when
 // every live thread it names waits at it; threads that returned from the kernel no longer
 // count, as on the GPU. When no barrier can open, the kernel is stuck (a barrier inside
 // divergent code), and the emulation aborts saying so; so does a shuffle that reads a lane that
@@ -35,18 +35,15 @@
 #define __global__
 #define __device__
 #define __host__
-#define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
 
 using std::isfinite;
-using std::isnan;
 
 struct uint3 {
   unsigned x = 1, y = 1, z = 1;
 };
 inline uint3 threadIdx{0, 0, 0}, blockIdx{0, 0, 0}, blockDim, gridDim;
-inline constexpr int warpSize = 32;
 
 struct alignas(16) float4 {
   float x, y, z, w;
@@ -57,12 +54,11 @@ inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z,
 
 enum cudaError_t {
   cudaSuccess = 0,
-  cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
 };
 using cudaError = cudaError_t;
-enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 struct CUstream_st {};
 using cudaStream_t = CUstream_st*;
 
@@ -75,11 +71,9 @@ inline cudaError_t fail(cudaError_t e) {
 }  // namespace bellows_emulation
 
 inline cudaError_t cudaGetLastError() { return std::exchange(bellows_emulation::last_error, cudaSuccess); }
-inline cudaError_t cudaPeekAtLastError() { return bellows_emulation::last_error; }
 inline const char* cudaGetErrorName(cudaError_t e) {
   switch (e) {
     case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
   }
@@ -88,7 +82,6 @@ inline const char* cudaGetErrorName(cudaError_t e) {
 inline const char* cudaGetErrorString(cudaError_t e) {
   switch (e) {
     case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
   }
@@ -98,7 +91,6 @@ inline cudaError_t cudaGetDeviceCount(int* count) {
   *count = 1;
   return cudaSuccess;
 }
-inline cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : bellows_emulation::fail(cudaErrorInvalidValue); }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 
 inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
@@ -122,16 +114,9 @@ inline cudaError_t cudaMemcpy(void* to, const void* from, std::size_t bytes, cud
   if (bytes != 0) std::memmove(to, from, bytes);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemcpyAsync(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind,
-                                   cudaStream_t = nullptr) {
-  return cudaMemcpy(to, from, bytes, kind);
-}
-inline cudaError_t cudaMemset(void* p, int value, std::size_t bytes) {
+inline cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t = nullptr) {
   if (bytes != 0) std::memset(p, value, bytes);
   return cudaSuccess;
-}
-inline cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t = nullptr) {
-  return cudaMemset(p, value, bytes);
 }
 inline cudaError_t cudaStreamCreate(cudaStream_t* s) {
   *s = new CUstream_st;
@@ -370,12 +355,6 @@ T atomicOr(T* p, T v) {
   *p = old | v;
   return old;
 }
-template <class T>
-T atomicMax(T* p, T v) {
-  const T old = *p;
-  *p = std::max(old, v);
-  return old;
-}
 
 template <class A, class B>
 auto min(A a, B b) {
@@ -389,8 +368,6 @@ auto max(A a, B b) {
 }
 
 inline int __popc(unsigned x) { return std::popcount(x); }
-inline int __popcll(unsigned long long x) { return std::popcount(x); }
-inline int __ffs(int x) { return x == 0 ? 0 : std::countr_zero(static_cast<unsigned>(x)) + 1; }
 inline int __ffsll(long long x) { return x == 0 ? 0 : std::countr_zero(static_cast<unsigned long long>(x)) + 1; }
 
 inline std::uint32_t __float_as_uint(float x) { return std::bit_cast<std::uint32_t>(x); }
