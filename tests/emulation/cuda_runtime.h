@@ -284,7 +284,8 @@ T from_lane(T v, unsigned source) {
   const unsigned me = threadIdx.x, from = me / 32 * 32 + source;
   std::memcpy(&m.exchange[me], &v, sizeof(T));
   arrive(wait::warp);
-  if (from >= blockDim.x || m.threads[from].state == wait::done) stuck("a shuffle reads a lane that has left or does not exist");
+  if (from >= blockDim.x || m.threads[from].state == wait::done)
+    stuck("a shuffle reads a lane that has left or does not exist");
   T r;
   std::memcpy(&r, &m.exchange[from], sizeof(T));
   arrive(wait::warp);  // nobody writes its slot again before every lane has read

@@ -103,8 +103,8 @@ inline void same_lengths(const char* who, std::size_t a, std::size_t b) {
 /// on the device until the caller reads it.
 inline void flag_non_finite(executor& exec, std::span<const float> x, unsigned* flag) {
   if (x.empty()) return;
-  detail::launch(&detail::flag_kernel<float>, detail::stride_blocks(x.size()), detail::elementwise_threads, exec.stream(),
-                 x.data(), x.size(), flag);
+  detail::launch(&detail::flag_kernel<float>, detail::stride_blocks(x.size()), detail::elementwise_threads,
+                 exec.stream(), x.data(), x.size(), flag);
 }
 
 /// x[i] = value.

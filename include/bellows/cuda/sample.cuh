@@ -214,12 +214,13 @@ inline void draw_sample(executor& exec, const cpu::sample_plan& plan, const phil
                    detail::sample_threads, st, s, n, 0u, plan.batch, ws.chosen, ws.distinct);
     detail::launch(&detail::finish_kernel<philox::stream>, 1u, 1024u, st, s, plan, ws.chosen, ws.dropped, ws.distinct);
   }
-  detail::launch(&detail::popcount_kernel<std::uint32_t>, blocks_for(words, detail::sample_threads), detail::sample_threads, st,
-                 ws.chosen, words, ws.count);
+  detail::launch(&detail::popcount_kernel<std::uint32_t>, blocks_for(words, detail::sample_threads),
+                 detail::sample_threads, st, ws.chosen, words, ws.count);
   BELLOWS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(ws.scan, ws.scan_bytes, ws.count, ws.rank,
                                                    static_cast<int>(words), st));
-  detail::launch(&detail::drop_kernel<std::uint32_t>, blocks_for(words, detail::sample_threads), detail::sample_threads, st,
-                 ws.chosen, words, plan.n, plan.complement, ws.rank, ws.dropped, ws.count);
+  detail::launch(&detail::drop_kernel<std::uint32_t>, blocks_for(words, detail::sample_threads),
+                 detail::sample_threads, st, ws.chosen, words, plan.n, plan.complement, ws.rank, ws.dropped,
+                 ws.count);
   BELLOWS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(ws.scan, ws.scan_bytes, ws.count, ws.first,
                                                    static_cast<int>(words), st));
 }
@@ -241,9 +242,9 @@ inline void gather_sample(executor& exec, const cpu::sample_plan& plan, sample_w
   if (n == 0) return;
   const std::size_t warps = sample_workspace::word_count(plan);
   const unsigned blocks = std::min(blocks_for(warps * 32, detail::sample_threads), 8192u);
-  detail::launch(&detail::gather_kernel<std::uint32_t>, blocks, detail::sample_threads, exec.stream(), ws.chosen, ws.first, n,
-                 plan.complement, g.data(), compensate ? e.data() : nullptr, compensate ? staged.data() : nullptr,
-                 out.index.data(), out.value.data(), scale, ws.non_finite);
+  detail::launch(&detail::gather_kernel<std::uint32_t>, blocks, detail::sample_threads, exec.stream(), ws.chosen,
+                 ws.first, n, plan.complement, g.data(), compensate ? e.data() : nullptr,
+                 compensate ? staged.data() : nullptr, out.index.data(), out.value.data(), scale, ws.non_finite);
 }
 
 }  // namespace bellows::cuda

@@ -265,20 +265,21 @@ inline void select_top(executor& exec, const cpu::select_plan& plan, std::span<c
                  static_cast<std::uint32_t>(plan.k), static_cast<std::uint32_t>(n - 1));
   const unsigned blocks = std::min(blocks_for(n, detail::select_threads), 2048u);
   for (unsigned pass = 0; pass < 3; ++pass) {
-    detail::launch(&detail::radix_histogram_kernel<float>, blocks, detail::select_threads, st, gp, ep, n, pass, ws.state,
-                   ws.hist, ws.non_finite);
+    detail::launch(&detail::radix_histogram_kernel<float>, blocks, detail::select_threads, st, gp, ep, n, pass,
+                   ws.state, ws.hist, ws.non_finite);
     detail::launch(&detail::radix_pick_kernel<std::uint32_t>, 1u, detail::pick_threads, st, ws.hist, pass, ws.state);
   }
   const auto tiles = static_cast<unsigned>((n + detail::tie_tile - 1) / detail::tie_tile);
-  detail::launch(&detail::tie_count_kernel<float>, tiles, detail::select_threads, st, gp, ep, n, ws.state, ws.tile_ties);
+  detail::launch(&detail::tie_count_kernel<float>, tiles, detail::select_threads, st, gp, ep, n, ws.state,
+                 ws.tile_ties);
   detail::launch(&detail::tie_locate_kernel<float>, 1u, detail::pick_threads, st, gp, ep, n, ws.tile_ties, ws.state);
   std::size_t cub_bytes = ws.cub_bytes;
   BELLOWS_CUDA_CHECK(cub::DeviceSelect::If(ws.cub, cub_bytes, thrust::counting_iterator<std::uint32_t>(0),
                                            out.index.data(), ws.selected, static_cast<int>(n),
                                            detail::keep_op{gp, ep, compensate ? staged.data() : nullptr, ws.state, n},
                                            st));
-  detail::launch(&detail::gather_values_kernel<float>, blocks_for(plan.k, detail::select_threads), detail::select_threads, st,
-                 gp, ep, out.index.data(), plan.k, out.value.data());
+  detail::launch(&detail::gather_values_kernel<float>, blocks_for(plan.k, detail::select_threads),
+                 detail::select_threads, st, gp, ep, out.index.data(), plan.k, out.value.data());
 }
 
 }  // namespace bellows::cuda
