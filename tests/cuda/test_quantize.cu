@@ -80,8 +80,10 @@ TEST_CASE("cuda quantize_pack and unpack_dequantize: the CPU's bytes, every widt
   for (unsigned bits : {2u, 4u, 8u})
     for (auto norm : {bellows::cpu::bucket_norm::l2, bellows::cpu::bucket_norm::max_abs})
       for (std::size_t bucket : {std::size_t{1}, std::size_t{7}, std::size_t{512}, std::size_t{1000}})
+        // the large case has over 10^5 buckets either way (a warp per 4 buckets: 8 * 10^6 threads at
+        // 10^6 buckets of 1, too many for the emulated run under AddressSanitizer)
         for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{4 * 512 + 5},
-                              std::size_t{1'000'003}})
+                              bucket < 512 ? std::size_t{100'003} : std::size_t{1'000'003}})
           compare(n, bucket, bits, norm, 0.0f);
 }
 
