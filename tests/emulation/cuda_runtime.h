@@ -15,8 +15,21 @@
 // divergent code), and the emulation aborts saying so; so does a shuffle that reads a lane that
 // has left. __shared__ variables are static: one copy that every thread of a block sees.
 // "Device" memory is host memory filled with 0xA5 bytes when allocated, so a kernel that reads
-// what nobody wrote gets garbage, as it would on a GPU.
+// what nobody wrote gets garbage, as it would on a GPU. Under AddressSanitizer the switches
+// between stacks are announced to it, and buffers are exactly their size: a kernel's access past
+// the end is reported with the kernel's line.
 #pragma once
+
+#if defined(__SANITIZE_ADDRESS__)
+#define BELLOWS_EMULATION_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BELLOWS_EMULATION_ASAN 1
+#endif
+#endif
+#if defined(BELLOWS_EMULATION_ASAN)
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #include <algorithm>
 #include <bit>
@@ -26,6 +39,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <tuple>
 #include <utility>
@@ -96,10 +110,13 @@ inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
   *p = nullptr;
   if (bytes > (std::size_t{1} << 40)) return bellows_emulation::fail(cudaErrorMemoryAllocation);
-  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256;
-  *p = std::aligned_alloc(256, rounded);
-  if (*p == nullptr) return bellows_emulation::fail(cudaErrorMemoryAllocation);
-  std::memset(*p, 0xA5, rounded);
+  // exactly `bytes` (256-aligned, as cudaMalloc's), so that AddressSanitizer sees a kernel
+  // reading or writing past the end
+  if (posix_memalign(p, 256, std::max<std::size_t>(bytes, 1)) != 0) {
+    *p = nullptr;
+    return bellows_emulation::fail(cudaErrorMemoryAllocation);
+  }
+  std::memset(*p, 0xA5, bytes);
   return cudaSuccess;
 }
 template <class T>
@@ -165,14 +182,18 @@ struct fiber {
   void* stack_pointer = nullptr;  // where its registers are saved while it is not running
   std::unique_ptr<char[]> stack;
   wait state = wait::done;
+  void* asan_fake_stack = nullptr;
 };
 
 /// The fibers are made once and kept: a fiber that finished its thread of one block runs the
 /// same thread of the next block (or of the next launch) when the scheduler resumes it.
 struct machine {
   static constexpr std::size_t stack_bytes = 64 * 1024;
-  std::vector<fiber> threads;
+  std::deque<fiber> threads;  // a deque: a suspended fiber's references to itself stay valid
   void* scheduler = nullptr;
+  const void* scheduler_stack = nullptr;  // its bottom and size, for AddressSanitizer
+  std::size_t scheduler_stack_bytes = 0;
+  void* scheduler_fake_stack = nullptr;
   unsigned current = 0;
   void (*entry)(void*) = nullptr;
   void* entry_context = nullptr;
@@ -185,14 +206,31 @@ inline machine m;
   std::abort();
 }
 
+/// Switches from the stack running now to `to` (saved in *from meanwhile), telling
+/// AddressSanitizer, where it runs, which stack the code runs on after the switch.
+inline void switch_stacks(void** from, void* to, void** fake_stack, const void* to_bottom, std::size_t to_bytes) {
+#if defined(BELLOWS_EMULATION_ASAN)
+  __sanitizer_start_switch_fiber(fake_stack, to_bottom, to_bytes);
+  bellows_emulation_switch(from, to);
+  __sanitizer_finish_switch_fiber(*fake_stack, nullptr, nullptr);
+#else
+  (void)fake_stack, (void)to_bottom, (void)to_bytes;
+  bellows_emulation_switch(from, to);
+#endif
+}
+
 /// The calling thread waits at a barrier until the scheduler opens it.
 inline void arrive(wait at) {
   fiber& f = m.threads[m.current];
   f.state = at;
-  bellows_emulation_switch(&f.stack_pointer, m.scheduler);
+  switch_stacks(&f.stack_pointer, m.scheduler, &f.asan_fake_stack, m.scheduler_stack, m.scheduler_stack_bytes);
 }
 
 [[noreturn]] inline void fiber_main() {
+#if defined(BELLOWS_EMULATION_ASAN)
+  // the first switch into a fiber ends here: learn the scheduler's stack, to switch back to it
+  __sanitizer_finish_switch_fiber(nullptr, &m.scheduler_stack, &m.scheduler_stack_bytes);
+#endif
   for (;;) {
     m.entry(m.entry_context);
     arrive(wait::done);
@@ -252,7 +290,8 @@ inline void run_grid(unsigned blocks, unsigned threads, void (*entry)(void*), vo
         if (m.threads[t].state != wait::running) continue;
         m.current = t;
         threadIdx = {t, 0, 0};
-        bellows_emulation_switch(&m.scheduler, m.threads[t].stack_pointer);
+        switch_stacks(&m.scheduler, m.threads[t].stack_pointer, &m.scheduler_fake_stack, m.threads[t].stack.get(),
+                      machine::stack_bytes);
       }
     } while (open_barriers(threads));
   }
