@@ -152,7 +152,7 @@ inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 // swapcontext, which saves the signal mask on every switch).
 extern "C" void bellows_emulation_switch(void** from, void* to);
 asm(R"(
-  .text
+  .pushsection .text
   .weak bellows_emulation_switch
   .type bellows_emulation_switch, @function
 bellows_emulation_switch:
@@ -172,6 +172,7 @@ bellows_emulation_switch:
   popq %rbp
   ret
   .size bellows_emulation_switch, .-bellows_emulation_switch
+  .popsection
 )");
 
 namespace bellows_emulation {
