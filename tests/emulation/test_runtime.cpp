@@ -70,15 +70,23 @@ struct odd {
   bool operator()(std::uint32_t i) const { return i % 2 == 1; }
 };
 
+/// Copies `data` to a device array, runs kernel(array) on blocks x threads, and returns what the
+/// array holds after.
+template <class T>
+std::vector<T> run_on(void (*kernel)(T*), unsigned blocks, unsigned threads, std::vector<T> data) {
+  T* d = nullptr;
+  REQUIRE(cudaMalloc(&d, data.size() * sizeof(T)) == cudaSuccess);
+  REQUIRE(cudaMemcpy(d, data.data(), data.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+  launch(kernel, blocks, threads, nullptr, d);
+  REQUIRE(cudaMemcpy(data.data(), d, data.size() * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+  (void)cudaFree(d);
+  return data;
+}
+
 }  // namespace
 
 TEST_CASE("emulation: a block barrier orders shared writes before reads, in every block") {
-  std::vector<unsigned> out(3 * 256);
-  unsigned* d = nullptr;
-  REQUIRE(cudaMalloc(&d, out.size() * sizeof(unsigned)) == cudaSuccess);
-  launch(&rotate, 3u, 256u, nullptr, d);
-  REQUIRE(cudaMemcpy(out.data(), d, out.size() * sizeof(unsigned), cudaMemcpyDeviceToHost) == cudaSuccess);
-  (void)cudaFree(d);
+  const std::vector<unsigned> out = run_on(&rotate, 3u, 256u, std::vector<unsigned>(3 * 256));
   std::size_t wrong = 0;
   for (unsigned b = 0; b < 3; ++b)
     for (unsigned t = 0; t < 256; ++t) wrong += out[b * 256 + t] != (t + 1) % 256 + 1000 * b;
@@ -86,12 +94,7 @@ TEST_CASE("emulation: a block barrier orders shared writes before reads, in ever
 }
 
 TEST_CASE("emulation: shuffles take CUDA's source lanes") {
-  std::vector<int> out(4 * 64);
-  int* d = nullptr;
-  REQUIRE(cudaMalloc(&d, out.size() * sizeof(int)) == cudaSuccess);
-  launch(&shuffles, 1u, 64u, nullptr, d);
-  REQUIRE(cudaMemcpy(out.data(), d, out.size() * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess);
-  (void)cudaFree(d);
+  const std::vector<int> out = run_on(&shuffles, 1u, 64u, std::vector<int>(4 * 64));
   for (int t = 0; t < 64; ++t) {
     CAPTURE(t);
     const int lane = t % 32, warp = t / 32 * 32;
@@ -103,13 +106,7 @@ TEST_CASE("emulation: shuffles take CUDA's source lanes") {
 }
 
 TEST_CASE("emulation: votes and warp sums count the threads still running, not those that left") {
-  std::vector<unsigned> out(128, 7u);
-  unsigned* d = nullptr;
-  REQUIRE(cudaMalloc(&d, out.size() * sizeof(unsigned)) == cudaSuccess);
-  REQUIRE(cudaMemcpy(d, out.data(), out.size() * sizeof(unsigned), cudaMemcpyHostToDevice) == cudaSuccess);
-  launch(&votes, 1u, 128u, nullptr, d);
-  REQUIRE(cudaMemcpy(out.data(), d, out.size() * sizeof(unsigned), cudaMemcpyDeviceToHost) == cudaSuccess);
-  (void)cudaFree(d);
+  const std::vector<unsigned> out = run_on(&votes, 1u, 128u, std::vector<unsigned>(128, 7u));
   for (unsigned t = 0; t < 128; ++t) {
     CAPTURE(t);
     const unsigned warp = t / 32;
