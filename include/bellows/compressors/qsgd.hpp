@@ -10,21 +10,19 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <span>
 #include <vector>
 
 #include "bellows/compressors/detail/gather_average.hpp"
+#include "bellows/compressors/detail/qsgd_format.hpp"
 #include "bellows/compressors/qsgd_types.hpp"
 #include "bellows/concepts.hpp"
 #include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
 #include "bellows/core/gather_buffer.hpp"
-#include "bellows/core/philox.hpp"
 #include "bellows/core/shape.hpp"
 #include "bellows/core/traffic.hpp"
 #include "bellows/core/wire.hpp"
@@ -49,24 +47,15 @@ public:
     std::vector<float> compensated;      ///< m = g + e, when there is a memory
   };
 
-  explicit qsgd(const qsgd_params& params = {}, Exec& exec = Exec::shared())
-      : params_(params), exec_(&exec) {
-    BELLOWS_EXPECTS(cpu::code_layout::valid_bits(params.bits), "qsgd: bits must be 2, 4 or 8, got ",
-                    params.bits);
-    BELLOWS_EXPECTS(params.bucket >= 1 && params.bucket < (std::size_t{1} << 24),
-                    "qsgd: bucket must be in [1, 2^24), got ", params.bucket);
-    BELLOWS_EXPECTS(params.norm == qsgd_norm::l2 || params.norm == qsgd_norm::max_abs,
-                    "qsgd: unknown norm ", static_cast<unsigned>(params.norm));
-  }
+  explicit qsgd(const qsgd_params& params = {}, Exec& exec = Exec::shared()) : format_(params), exec_(&exec) {}
 
-  [[nodiscard]] const qsgd_params& params() const noexcept { return params_; }
+  [[nodiscard]] const qsgd_params& params() const noexcept { return format_.params(); }
 
   [[nodiscard]] state make_state(const layer_info& layer) const {
-    BELLOWS_EXPECTS(layer.size() / 4 < (std::size_t{1} << 32), "qsgd: layer '", layer.name,
-                    "' of ", layer.size(), " elements overruns the 2^34 words of a Philox stream");
+    detail::qsgd_format::check_layer(layer);
     state st;
     st.layer = layer;
-    st.memory = error_memory(params_.feedback, layer.size());
+    st.memory = error_memory(params().feedback, layer.size());
     if (st.memory.enabled()) st.compensated.assign(layer.size(), 0.0f);
     st.payload.assign((max_payload_bytes(st) + 7) / 8, 0);
     return st;
@@ -87,7 +76,7 @@ public:
     const step_status status = detail::gather_average(
         *this, st, mine, inout, coll, st.gathered, [&](std::span<float> v) { fill(*exec_, v, 0.0f); },
         [&](std::span<float> v, float d) { divide(*exec_, v, d); });
-    const traffic sent{mine.size(), layout(st).buckets() + st.layer.size(), st.layer.size()};
+    const traffic sent = format_.sent(st.layer.size());
     if (status != step_status::ok) return {status, sent};
     if (st.memory.enabled()) {
       // e = m - (this rank's decoded contribution)
@@ -100,36 +89,29 @@ public:
   }
 
   [[nodiscard]] std::size_t max_payload_bytes(const state& st) const {
-    const cpu::code_layout l = layout(st);
-    return wire::payload_bytes(wire::array_end<std::uint8_t>(wire::array_end<float>(0, l.buckets()), l.code_bytes()));
+    return format_.payload_bytes(st.layer.size());
   }
 
   [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in,
                                             std::span<std::byte> out, std::size_t rank = 0) const {
     check_size(st, in.size());
     const cpu::code_layout l = layout(st);
-    wire::header h{};
-    h.codec = wire::codec::qsgd;
-    h.n = l.n;
-    h.count = l.buckets();
-    h.param = param();
+    wire::header h = format_.header(l.n);
     wire::writer w(out, h);
     const std::span<float> scales = w.array<float>(l.buckets());
     const std::span<std::uint8_t> codes = w.array<std::uint8_t>(l.code_bytes());
-    const philox::stream rng{params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id,
-                             static_cast<std::uint32_t>(rank)};
-    const bool finite = quantize_pack(*exec_, in, l, params_.norm, rng, scales, codes);
+    const bool finite = quantize_pack(*exec_, in, l, params().norm, format_.stream(st.step, st.layer, rank), scales,
+                                      codes);
     const std::span<std::byte> payload = w.finish();
     if (!finite) {  // the writer wrote the header when it finished: set the flag there
       h.flags |= wire::flag::non_finite;
-      h.body_bytes = payload.size() - wire::header_bytes;
       std::memcpy(payload.data(), &h, wire::header_bytes);
     }
     return payload;
   }
 
   [[nodiscard]] step_status validate(const state& st, std::span<const std::byte> payload) const {
-    const wire::reader r = checked(st, payload);
+    const wire::reader r = format_.check(st.layer, payload);
     return (r.head().flags & wire::flag::non_finite) ? step_status::non_finite : step_status::ok;
   }
 
@@ -157,38 +139,9 @@ public:
   }
 
 private:
-  [[nodiscard]] cpu::code_layout layout(const state& st) const noexcept {
-    return {params_.bits, params_.bucket, st.layer.size()};
-  }
-  [[nodiscard]] std::uint32_t param() const noexcept {
-    return params_.bits | static_cast<std::uint32_t>(params_.bucket << 8);
-  }
+  [[nodiscard]] cpu::code_layout layout(const state& st) const noexcept { return format_.layout(st.layer.size()); }
 
-  /// Validates a payload completely (header against this layer and configuration, array sizes,
-  /// padding, the unused bits of the last code byte, and, unless flagged, every scale finite and
-  /// >= 0); raises wire_error naming what is wrong.
-  [[nodiscard]] wire::reader checked(const state& st, std::span<const std::byte> payload) const {
-    const cpu::code_layout l = layout(st);
-    wire::reader r(payload, wire::codec::qsgd);
-    const wire::header& h = r.head();
-    if (h.n != l.n || h.count != l.buckets() || h.param != param() || (h.flags & wire::flag::index64))
-      detail::fail<wire_error>("qsgd: payload for ", h.n, " elements in ", h.count, " buckets (param 0x",
-                               std::hex, h.param, std::dec, ") where layer '", st.layer.name, "' has ",
-                               l.n, " in ", l.buckets(), " (param 0x", std::hex, param(), ")");
-    const std::span<const float> scales = r.array<float>(h.count);
-    const std::span<const std::uint8_t> codes = r.array<std::uint8_t>(l.code_bytes());
-    r.finish();
-    if (const std::size_t used = l.n * l.bits % 8; used != 0 && (codes.back() >> used) != 0)
-      detail::fail<wire_error>("qsgd: unused bits of the last code byte are not zero");
-    if (!(h.flags & wire::flag::non_finite))
-      for (std::size_t b = 0; b < scales.size(); ++b)
-        if (!(scales[b] >= 0.0f && scales[b] <= std::numeric_limits<float>::max()))
-          detail::fail<wire_error>("qsgd: scale ", scales[b], " of bucket ", b,
-                                   " is not a finite number >= 0");
-    return r;
-  }
-
-  /// The scales and codes of a payload that `checked` accepted.
+  /// The scales and codes of a payload that format_.check accepted.
   struct arrays {
     std::span<const float> scales;
     std::span<const std::uint8_t> codes;
@@ -200,12 +153,9 @@ private:
     return {scales, r.array<std::uint8_t>(l.code_bytes())};
   }
 
-  static void check_size(const state& st, std::size_t n) {
-    BELLOWS_EXPECTS(n == st.layer.size(), "qsgd: layer '", st.layer.name, "' of shape ",
-                    st.layer.shape.to_string(), " has ", st.layer.size(), " elements, the buffer ", n);
-  }
+  static void check_size(const state& st, std::size_t n) { detail::qsgd_format::check_size(st.layer, n); }
 
-  qsgd_params params_;
+  detail::qsgd_format format_;
   Exec* exec_;
 };
 

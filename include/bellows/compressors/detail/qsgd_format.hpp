@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+// What QSGD is on every backend: its checked parameters, a layer's code layout, the payload
+// (header, scales, codes, padding) with its complete validation, and the Philox stream of a step.
+// The CPU compressor (compressors/qsgd.hpp) and the device one (cuda/qsgd.cuh) both build on it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <ios>
+#include <limits>
+#include <span>
+
+#include "bellows/compressors/qsgd_types.hpp"
+#include "bellows/core/error.hpp"
+#include "bellows/core/philox.hpp"
+#include "bellows/core/shape.hpp"
+#include "bellows/core/traffic.hpp"
+#include "bellows/core/wire.hpp"
+#include "bellows/cpu/quantize.hpp"
+
+namespace bellows::detail {
+
+class qsgd_format {
+public:
+  /// Raises bellows::error for bits other than 2, 4, 8, a bucket outside [1, 2^24) or an unknown norm.
+  explicit qsgd_format(const qsgd_params& params) : params_(params) {
+    BELLOWS_EXPECTS(cpu::code_layout::valid_bits(params.bits), "qsgd: bits must be 2, 4 or 8, got ", params.bits);
+    BELLOWS_EXPECTS(params.bucket >= 1 && params.bucket < (std::size_t{1} << 24),
+                    "qsgd: bucket must be in [1, 2^24), got ", params.bucket);
+    BELLOWS_EXPECTS(params.norm == qsgd_norm::l2 || params.norm == qsgd_norm::max_abs, "qsgd: unknown norm ",
+                    static_cast<unsigned>(params.norm));
+  }
+
+  [[nodiscard]] const qsgd_params& params() const noexcept { return params_; }
+
+  /// Raises bellows::error when the layer is too large for one Philox stream.
+  static void check_layer(const layer_info& layer) {
+    BELLOWS_EXPECTS(layer.size() / 4 < (std::size_t{1} << 32), "qsgd: layer '", layer.name, "' of ", layer.size(),
+                    " elements overruns the 2^34 words of a Philox stream");
+  }
+
+  /// Raises bellows::error when a buffer of n elements does not fit the layer.
+  static void check_size(const layer_info& layer, std::size_t n) {
+    BELLOWS_EXPECTS(n == layer.size(), "qsgd: layer '", layer.name, "' of shape ", layer.shape.to_string(), " has ",
+                    layer.size(), " elements, the buffer ", n);
+  }
+
+  [[nodiscard]] cpu::code_layout layout(std::size_t n) const noexcept { return {params_.bits, params_.bucket, n}; }
+  /// The header's param field: bits | bucket << 8.
+  [[nodiscard]] std::uint32_t param() const noexcept {
+    return params_.bits | static_cast<std::uint32_t>(params_.bucket << 8);
+  }
+
+  /// Where the codes start in a payload for n elements (the scales start right after the header).
+  [[nodiscard]] std::size_t codes_offset(std::size_t n) const {
+    return wire::header_bytes + wire::array_end<float>(0, layout(n).buckets());
+  }
+  /// Bytes of a payload for n elements: every payload of a layer has this size.
+  [[nodiscard]] std::size_t payload_bytes(std::size_t n) const {
+    const cpu::code_layout l = layout(n);
+    return wire::payload_bytes(wire::array_end<std::uint8_t>(wire::array_end<float>(0, l.buckets()), l.code_bytes()));
+  }
+  /// The header of a payload for n elements from finite input.
+  [[nodiscard]] wire::header header(std::size_t n) const {
+    wire::header h{};
+    h.codec = wire::codec::qsgd;
+    h.n = n;
+    h.count = layout(n).buckets();
+    h.param = param();
+    h.body_bytes = payload_bytes(n) - wire::header_bytes;
+    return h;
+  }
+
+  /// The noise of one step: Philox stream {seed, step, layer id, rank}.
+  [[nodiscard]] philox::stream stream(std::uint64_t step, const layer_info& layer, std::size_t rank) const noexcept {
+    return {params_.seed, static_cast<std::uint32_t>(step), layer.id, static_cast<std::uint32_t>(rank)};
+  }
+
+  /// What one rank sends for a layer of n elements.
+  [[nodiscard]] traffic sent(std::size_t n) const {
+    return {payload_bytes(n), layout(n).buckets() + n, n};
+  }
+
+  /// Validates a payload completely (header against the layer and these parameters, array
+  /// sizes, padding, the unused bits of the last code byte, and, unless flagged, every scale
+  /// finite and >= 0); raises wire_error naming what is wrong. Returns its reader.
+  [[nodiscard]] wire::reader check(const layer_info& layer, std::span<const std::byte> payload) const {
+    const cpu::code_layout l = layout(layer.size());
+    wire::reader r(payload, wire::codec::qsgd);
+    const wire::header& h = r.head();
+    if (h.n != l.n || h.count != l.buckets() || h.param != param() || (h.flags & wire::flag::index64))
+      fail<wire_error>("qsgd: payload for ", h.n, " elements in ", h.count, " buckets (param 0x", std::hex, h.param,
+                       std::dec, ") where layer '", layer.name, "' has ", l.n, " in ", l.buckets(), " (param 0x",
+                       std::hex, param(), ")");
+    const std::span<const float> scales = r.array<float>(h.count);
+    const std::span<const std::uint8_t> codes = r.array<std::uint8_t>(l.code_bytes());
+    r.finish();
+    if (const std::size_t used = l.n * l.bits % 8; used != 0 && (codes.back() >> used) != 0)
+      fail<wire_error>("qsgd: unused bits of the last code byte are not zero");
+    if (!(h.flags & wire::flag::non_finite))
+      for (std::size_t b = 0; b < scales.size(); ++b)
+        if (!(scales[b] >= 0.0f && scales[b] <= std::numeric_limits<float>::max()))
+          fail<wire_error>("qsgd: scale ", scales[b], " of bucket ", b, " is not a finite number >= 0");
+    return r;
+  }
+
+private:
+  qsgd_params params_;
+};
+
+}  // namespace bellows::detail
