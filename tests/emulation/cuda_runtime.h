@@ -18,6 +18,14 @@
 // what nobody wrote gets garbage, as it would on a GPU. Under AddressSanitizer the switches
 // between stacks are announced to it, and buffers are exactly their size: a kernel's access past
 // the end is reported with the kernel's line.
+//
+// Devices and host threads: the machine has three devices (cudaSetDevice picks one per host
+// thread, as CUDA does), all sharing the one host memory, so that a test can run several NCCL
+// ranks (tests/emulation/nccl.h) on threads of one process. Host threads may call the runtime
+// and launch kernels at the same time: launches take turns (one mutex held for a whole grid, so
+// the fibers, threadIdx and the static __shared__ variables serve one kernel at a time), the
+// launch error and the current device are per host thread, and the registry of allocations,
+// which tells device pointers from host ones (cudaPointerGetAttributes), has its own mutex.
 #pragma once
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -40,7 +48,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <tuple>
 #include <utility>
 #include <type_traits>
@@ -68,41 +78,86 @@ inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z,
 
 enum cudaError_t {
   cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevice = 101,
 };
 using cudaError = cudaError_t;
-enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
+enum cudaMemcpyKind {
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+enum cudaMemoryType {
+  cudaMemoryTypeUnregistered = 0,
+  cudaMemoryTypeHost = 1,
+  cudaMemoryTypeDevice = 2,
+  cudaMemoryTypeManaged = 3,
+};
+struct cudaPointerAttributes {
+  cudaMemoryType type = cudaMemoryTypeUnregistered;
+  int device = 0;
+  void* devicePointer = nullptr;
+  void* hostPointer = nullptr;
+};
 struct CUstream_st {};
 using cudaStream_t = CUstream_st*;
 
 namespace bellows_emulation {
-inline cudaError_t last_error = cudaSuccess;
+inline constexpr int devices = 3;
+inline thread_local int current_device = 0;
+inline thread_local cudaError_t last_error = cudaSuccess;
 inline cudaError_t fail(cudaError_t e) {
   last_error = e;
   return e;
 }
+
+/// The live cudaMalloc blocks: base address -> bytes and the device current when it was allocated.
+struct allocations {
+  struct block {
+    std::size_t bytes;
+    int device;
+  };
+  std::mutex mutex;
+  std::map<std::uintptr_t, block> blocks;
+};
+inline allocations allocated;
 }  // namespace bellows_emulation
 
 inline cudaError_t cudaGetLastError() { return std::exchange(bellows_emulation::last_error, cudaSuccess); }
 inline const char* cudaGetErrorName(cudaError_t e) {
   switch (e) {
     case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
   }
   return "cudaErrorUnknown";
 }
 inline const char* cudaGetErrorString(cudaError_t e) {
   switch (e) {
     case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
   }
   return "unknown error";
 }
 inline cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = bellows_emulation::devices;
+  return cudaSuccess;
+}
+inline cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= bellows_emulation::devices) return bellows_emulation::fail(cudaErrorInvalidDevice);
+  bellows_emulation::current_device = device;
+  return cudaSuccess;
+}
+inline cudaError_t cudaGetDevice(int* device) {
+  *device = bellows_emulation::current_device;
   return cudaSuccess;
 }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
@@ -117,19 +172,54 @@ inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
     return bellows_emulation::fail(cudaErrorMemoryAllocation);
   }
   std::memset(*p, 0xA5, bytes);
+  using namespace bellows_emulation;
+  std::lock_guard lock(allocated.mutex);
+  allocated.blocks[reinterpret_cast<std::uintptr_t>(*p)] = {bytes, current_device};
   return cudaSuccess;
 }
 template <class T>
 cudaError_t cudaMalloc(T** p, std::size_t bytes) {
   return cudaMalloc(reinterpret_cast<void**>(p), bytes);
 }
+/// Frees a block of cudaMalloc (nullptr: nothing); any other pointer is an invalid value, as CUDA
+/// reports it, and is left alone.
 inline cudaError_t cudaFree(void* p) {
-  std::free(p);
+  using namespace bellows_emulation;
+  if (p == nullptr) return cudaSuccess;
+  std::unique_lock lock(allocated.mutex);
+  const auto block = allocated.blocks.find(reinterpret_cast<std::uintptr_t>(p));
+  if (block == allocated.blocks.end()) return fail(cudaErrorInvalidValue);
+  void* base = reinterpret_cast<void*>(block->first);
+  allocated.blocks.erase(block);
+  lock.unlock();
+  std::free(base);
+  return cudaSuccess;
+}
+/// Where p points: Device (on the device current at its allocation) inside a live cudaMalloc
+/// block, Unregistered anywhere else, as CUDA says of plain host memory. Nothing here is Host
+/// (pinned) or Managed memory.
+inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* p) {
+  using namespace bellows_emulation;
+  if (attributes == nullptr) return fail(cudaErrorInvalidValue);
+  *attributes = {};
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  std::lock_guard lock(allocated.mutex);
+  const auto after = allocated.blocks.upper_bound(address);
+  if (after == allocated.blocks.begin()) return cudaSuccess;
+  const auto& [base, block] = *std::prev(after);  // the last block starting at or before p
+  if (address - base >= block.bytes) return cudaSuccess;
+  attributes->type = cudaMemoryTypeDevice;
+  attributes->device = block.device;
+  attributes->devicePointer = const_cast<void*>(p);
   return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* to, const void* from, std::size_t bytes, cudaMemcpyKind) {
   if (bytes != 0) std::memmove(to, from, bytes);
   return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind,
+                                   cudaStream_t = nullptr) {
+  return cudaMemcpy(to, from, bytes, kind);
 }
 inline cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t = nullptr) {
   if (bytes != 0) std::memset(p, value, bytes);
@@ -201,6 +291,7 @@ struct machine {
   std::uint64_t exchange[1024];  // one slot a thread, for shuffles and votes
 };
 inline machine m;
+inline std::mutex m_mutex;  // held by the host thread whose kernel runs on m
 
 [[noreturn]] inline void stuck(const char* what) {
   std::fprintf(stderr, "cuda emulation: %s (block %u)\n", what, blockIdx.x);
@@ -208,23 +299,28 @@ inline machine m;
 }
 
 /// Switches from the stack running now to `to` (saved in *from meanwhile), telling
-/// AddressSanitizer, where it runs, which stack the code runs on after the switch.
-inline void switch_stacks(void** from, void* to, void** fake_stack, const void* to_bottom, std::size_t to_bytes) {
+/// AddressSanitizer, where it runs, which stack the code runs on after the switch; when
+/// `back_bottom` is given, learns there (and in back_bytes) the stack that switched back here.
+inline void switch_stacks(void** from, void* to, void** fake_stack, const void* to_bottom, std::size_t to_bytes,
+                          const void** back_bottom = nullptr, std::size_t* back_bytes = nullptr) {
 #if defined(BELLOWS_EMULATION_ASAN)
   __sanitizer_start_switch_fiber(fake_stack, to_bottom, to_bytes);
   bellows_emulation_switch(from, to);
-  __sanitizer_finish_switch_fiber(*fake_stack, nullptr, nullptr);
+  __sanitizer_finish_switch_fiber(*fake_stack, back_bottom, back_bytes);
 #else
-  (void)fake_stack, (void)to_bottom, (void)to_bytes;
+  (void)fake_stack, (void)to_bottom, (void)to_bytes, (void)back_bottom, (void)back_bytes;
   bellows_emulation_switch(from, to);
 #endif
 }
 
-/// The calling thread waits at a barrier until the scheduler opens it.
+/// The calling thread waits at a barrier until the scheduler opens it. The scheduler that
+/// resumes it may run on another host thread's stack than the one it left (a fiber that finished
+/// one launch starts the next, whichever host thread launches it): learn that stack again.
 inline void arrive(wait at) {
   fiber& f = m.threads[m.current];
   f.state = at;
-  switch_stacks(&f.stack_pointer, m.scheduler, &f.asan_fake_stack, m.scheduler_stack, m.scheduler_stack_bytes);
+  switch_stacks(&f.stack_pointer, m.scheduler, &f.asan_fake_stack, m.scheduler_stack, m.scheduler_stack_bytes,
+                &m.scheduler_stack, &m.scheduler_stack_bytes);
 }
 
 [[noreturn]] inline void fiber_main() {
@@ -298,8 +394,8 @@ inline void run_grid(unsigned blocks, unsigned threads, void (*entry)(void*), vo
   }
 }
 
-/// Runs kernel(args...) over the grid, now. A bad configuration sets the launch error, as
-/// CUDA's does.
+/// Runs kernel(args...) over the grid, now, after any kernel another host thread is running. A bad
+/// configuration sets the launch error, as CUDA's does.
 template <class... Params>
 void launch(void (*kernel)(Params...), unsigned blocks, unsigned threads, cudaStream_t, Params... args) {
   if (blocks == 0 || threads == 0 || threads > 1024) {
@@ -310,6 +406,7 @@ void launch(void (*kernel)(Params...), unsigned blocks, unsigned threads, cudaSt
     void (*kernel)(Params...);
     std::tuple<Params...> args;
   } pending{kernel, std::tuple<Params...>(args...)};
+  std::lock_guard lock(m_mutex);
   run_grid(blocks, threads, [](void* p) {
     auto* c = static_cast<call*>(p);
     std::apply(c->kernel, c->args);  // each thread gets its own copies of the parameters
