@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The NCCL collective on one rank per visible device (threads of this process): sums and
-// variable-size gathers from host and device memory against what each rank sent.
+// The NCCL collective on one rank per visible device (threads of this process; three on the CUDA
+// emulation): sums and variable-size gathers from host and device memory against what each rank
+// sent.
 #include <bellows/collectives/nccl.cuh>
 
 #include <doctest/doctest.h>
@@ -8,47 +9,12 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "device_test.cuh"
+#include "nccl_ranks.cuh"
 
 namespace {
-
-/// Runs body(rank, collective) on one thread per device, each with its own stream; collects
-/// the first exception.
-template <class Body>
-void on_every_device(Body body) {
-  const int w = bellows::cuda::device_count();
-  std::vector<ncclComm_t> comms(static_cast<std::size_t>(w));
-  std::vector<int> devices(static_cast<std::size_t>(w));
-  for (int d = 0; d < w; ++d) devices[static_cast<std::size_t>(d)] = d;
-  BELLOWS_NCCL_CHECK(ncclCommInitAll(comms.data(), w, devices.data()));
-  std::mutex m;
-  std::exception_ptr failure;
-  std::vector<std::thread> ranks;
-  for (int d = 0; d < w; ++d)
-    ranks.emplace_back([&, d] {
-      try {
-        BELLOWS_CUDA_CHECK(cudaSetDevice(d));
-        cudaStream_t stream = nullptr;
-        BELLOWS_CUDA_CHECK(cudaStreamCreate(&stream));
-        {
-          bellows::collectives::nccl coll(comms[static_cast<std::size_t>(d)], stream);
-          body(static_cast<std::size_t>(d), coll);
-        }
-        BELLOWS_CUDA_CHECK(cudaStreamDestroy(stream));
-      } catch (...) {
-        std::lock_guard lock(m);
-        if (!failure) failure = std::current_exception();
-      }
-    });
-  for (auto& t : ranks) t.join();
-  for (ncclComm_t c : comms) ncclCommDestroy(c);
-  if (failure) std::rethrow_exception(failure);
-}
 
 struct rank_result {
   bool reduced_device = false, reduced_host = false, gathered = false, slots = false;
@@ -60,7 +26,7 @@ TEST_CASE("nccl collective: allreduce_sum and allgather, from host and device me
   if (!bellows::test::have_device()) return;
   const std::size_t w = static_cast<std::size_t>(bellows::cuda::device_count());
   std::vector<rank_result> results(w);
-  on_every_device([&](std::size_t r, bellows::collectives::nccl& coll) {
+  bellows::test::on_every_device([&](std::size_t r, bellows::collectives::nccl& coll) {
     CHECK(coll.rank() == r);
     CHECK(coll.size() == w);
     rank_result& out = results[r];
