@@ -20,16 +20,17 @@
 #include "bellows/concepts.hpp"
 #include "bellows/core/error.hpp"
 #include "bellows/core/gather_buffer.hpp"
+#include "bellows/cuda/buffer.cuh"
 #include "bellows/cuda/check.cuh"
 
-namespace bellows::collectives {
-
-namespace detail {
+// In bellows::detail, not a detail namespace of collectives, which would hide bellows::detail
+// from collectives/local.hpp and mpi.hpp included after this file.
+namespace bellows::detail {
 
 /// Raises collective_error for a failed NCCL call; `what` is the call's source text.
 inline void nccl_check(ncclResult_t status, const char* what, const char* file, int line) {
   if (status != ncclSuccess)
-    bellows::detail::fail<collective_error>(file, ":", line, ": ", what, " failed: ", ncclGetErrorString(status));
+    fail<collective_error>(file, ":", line, ": ", what, " failed: ", ncclGetErrorString(status));
 }
 
 /// True when p points to device (or managed) memory that NCCL can read in place.
@@ -39,39 +40,9 @@ inline void nccl_check(ncclResult_t status, const char* what, const char* file, 
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-/// A device buffer that only grows.
-class device_bytes {
-public:
-  device_bytes() = default;
-  device_bytes(const device_bytes&) = delete;
-  device_bytes& operator=(const device_bytes&) = delete;
-  ~device_bytes() { (void)cudaFree(p_); }
+}  // namespace bellows::detail
 
-  /// At least `bytes` of device memory; reallocates (after the stream's pending work) only to grow.
-  std::byte* fit(std::size_t bytes, cudaStream_t stream) {
-    if (bytes > bytes_) {
-      if (p_ != nullptr) {
-        BELLOWS_CUDA_CHECK(cudaStreamSynchronize(stream));
-        BELLOWS_CUDA_CHECK(cudaFree(p_));
-        p_ = nullptr;
-        bytes_ = 0;
-      }
-      BELLOWS_CUDA_CHECK(cudaMalloc(&p_, bytes));
-      bytes_ = bytes;
-    }
-    return static_cast<std::byte*>(p_);
-  }
-
-private:
-  void* p_ = nullptr;
-  std::size_t bytes_ = 0;
-};
-
-}  // namespace detail
-
-}  // namespace bellows::collectives
-
-#define BELLOWS_NCCL_CHECK(call) ::bellows::collectives::detail::nccl_check((call), #call, __FILE__, __LINE__)
+#define BELLOWS_NCCL_CHECK(call) ::bellows::detail::nccl_check((call), #call, __FILE__, __LINE__)
 
 namespace bellows::collectives {
 
@@ -164,7 +135,7 @@ private:
   std::size_t rank_ = 0, size_ = 0;
   std::vector<std::size_t> sizes_;
   std::vector<std::uint64_t> counts_host_;
-  detail::device_bytes staging_, counts_, gathered_;
+  cuda::device_buffer<std::byte> staging_, counts_, gathered_;
 };
 
 static_assert(Collective<nccl>, "collectives::nccl must model Collective");
