@@ -1,10 +1,29 @@
 // SPDX-License-Identifier: Apache-2.0
 // QSGD on the device at 2^26 floats, buckets of 512, L2 scale: encode (scales, Philox rounding,
-// packing) at 4 and 8 bits, and decode (unpack into fresh floats). x_floor counts device reads
-// of the 2^26 input floats.
+// packing) at 4 and 8 bits, decode (unpack into fresh floats), and the whole step of
+// qsgd<cuda::executor> with error feedback on one rank (compensate, encode, validate, average and
+// update the memory; no transport). x_floor counts device reads of the 2^26 input floats.
+#include <bellows/cuda/qsgd.cuh>
 #include <bellows/cuda/quantize.cuh>
 
 #include "cuda/device_floor.cuh"
+
+// Named, not anonymous: nvcc warns about the members of an anonymous class that nothing calls.
+namespace bellows::bench {
+
+/// One rank on the default stream: its payload is already in slot 0, so there is nothing to move.
+struct one_rank {
+  [[nodiscard]] std::size_t rank() const noexcept { return 0; }
+  [[nodiscard]] std::size_t size() const noexcept { return 1; }
+  [[nodiscard]] cudaStream_t stream() const noexcept { return nullptr; }
+  void allreduce_sum(std::span<float>) noexcept {}
+  void allgather(std::span<const std::byte>, bellows::gather_buffer&) {
+    bellows::detail::fail<bellows::error>("one_rank: the device step gathers slots only");
+  }
+  void allgather_slots(std::span<const std::byte>, std::span<std::byte>, std::size_t) noexcept {}
+};
+
+}  // namespace bellows::bench
 
 namespace {
 
@@ -55,8 +74,23 @@ void cuda_qsgd_decode(benchmark::State& state) {
   });
 }
 
+void cuda_qsgd_step(benchmark::State& state) {
+  if (!bellows::bench::have_device(state)) return;
+  const auto n = static_cast<std::size_t>(state.range(0));
+  float* g = bellows::bench::device_normals(n, 2);
+  bellows::cuda::executor exec;
+  bellows::qsgd<bellows::cuda::executor> q(
+      {.bits = static_cast<unsigned>(state.range(1)), .bucket = 512, .feedback = bellows::feedback::residual}, exec);
+  auto st = q.make_state({0, "bench", bellows::shape{n}});
+  bellows::bench::one_rank coll;
+  bellows::bench::run_timed(state, g, n, [&] { (void)q.reduce(st, {g, n}, coll); });
+  (void)cudaFree(g);
+}
+
 }  // namespace
 
+BENCHMARK(cuda_qsgd_step)->ArgNames({"n", "bits"})->Args({1 << 26, 4})->Args({1 << 26, 8})
+    ->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(cuda_qsgd_encode)->ArgNames({"n", "bits"})->Args({1 << 26, 4})->Args({1 << 26, 8})
     ->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(cuda_qsgd_decode)->ArgNames({"n", "bits"})->Args({1 << 26, 4})->Args({1 << 26, 8})

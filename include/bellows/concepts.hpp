@@ -63,6 +63,33 @@ struct collective {
 static_assert(Collective<collective>, "the archetype must model Collective");
 }  // namespace archetypes
 
+/// DeviceCollective: a Collective that also exchanges device memory in place, on a CUDA stream,
+/// for compressors whose state lives on a GPU (cuda/qsgd.cuh). Models: collectives::nccl.
+///  1. `c.stream()`: the stream (cudaStream_t) its exchanges are enqueued on; a compressor
+///     enqueues its kernels on the same one, so nothing waits for anything else.
+///  2. `c.allgather_slots(std::span<const std::byte> mine, std::span<std::byte> slots, slot)`:
+///     device memory; afterwards rank r's `mine` (at most `slot` bytes) starts at byte r * slot
+///     of `slots` (size() * slot bytes) on every rank. Enqueued, not waited for.
+/// Minimal model: archetypes::device_collective below (one rank).
+template <class C>
+concept DeviceCollective = Collective<C> && requires(const C& cc, C& c, std::span<const std::byte> mine,
+                                                     std::span<std::byte> slots, std::size_t slot) {
+  cc.stream();
+  c.allgather_slots(mine, slots, slot);
+};
+
+namespace archetypes {
+/// The least a DeviceCollective provides (one rank, the default stream), for checking other
+/// concepts against: its copy runs on the host, so it cannot move device memory.
+struct device_collective : collective {
+  [[nodiscard]] void* stream() const noexcept { return nullptr; }
+  void allgather_slots(std::span<const std::byte> mine, std::span<std::byte> slots, std::size_t) {
+    std::ranges::copy(mine, slots.begin());
+  }
+};
+static_assert(DeviceCollective<device_collective>, "the archetype must model DeviceCollective");
+}  // namespace archetypes
+
 /// Compressor: compresses one layer's gradient, exchanges it through a Collective, and leaves the
 /// average of what every rank contributed.
 ///  1. `C::state`: everything the compressor keeps for one layer (step counter, workspace, and for

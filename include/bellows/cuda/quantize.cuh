@@ -119,17 +119,22 @@ __global__ void quantize_kernel(const float* in, std::size_t n, std::size_t buck
   }
 }
 
+/// The value of element i of a payload's codes (cpu::detail::decode_code, step scale / s).
+template <unsigned Bits>
+__device__ inline float decoded(const float* scales, const std::uint8_t* codes, std::size_t i, std::size_t bucket) {
+  constexpr std::uint32_t mask = (1u << Bits) - 1, magnitude = mask >> 1;
+  const std::uint32_t c = (std::uint32_t{codes[i * Bits / 8]} >> (i * Bits % 8)) & mask;
+  const float step = __fdiv_rn(scales[i / bucket], static_cast<float>(magnitude));
+  const float level = __fmul_rn(static_cast<float>(c & magnitude), step);
+  return __uint_as_float(__float_as_uint(level) ^ ((c >> (Bits - 1)) << 31));
+}
+
 template <unsigned Bits>
 __global__ void dequantize_kernel(const float* scales, const std::uint8_t* codes, std::size_t n,
                                   std::size_t bucket, float* out, bool accumulate) {
-  constexpr std::uint32_t mask = (1u << Bits) - 1, magnitude = mask >> 1;
-  const auto s = static_cast<float>(magnitude);
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    const std::uint32_t c = (std::uint32_t{codes[i * Bits / 8]} >> (i * Bits % 8)) & mask;
-    const float step = __fdiv_rn(scales[i / bucket], s);
-    const float level = __fmul_rn(static_cast<float>(c & magnitude), step);
-    const float value = __uint_as_float(__float_as_uint(level) ^ ((c >> (Bits - 1)) << 31));
+    const float value = decoded<Bits>(scales, codes, i, bucket);
     out[i] = accumulate ? __fadd_rn(out[i], value) : value;
   }
 }

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+// Where the device compressors that average by allgather (qsgd, topk) keep the payloads of a
+// step: one slot per rank, exchanged in place by a DeviceCollective's allgather_slots, and the
+// words their kernels report in: this rank's non-finite flag, then one verdict per rank on its
+// payload and the worst of them. The verdicts are the one thing a step copies back and waits for.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "bellows/core/error.hpp"
+#include "bellows/core/shape.hpp"
+#include "bellows/core/wire.hpp"
+#include "bellows/cuda/buffer.cuh"
+#include "bellows/cuda/check.cuh"
+#include "bellows/cuda/executor.cuh"
+
+namespace bellows::cuda {
+
+/// Bits of a verdict, OR-ed by the validation kernels per rank and over all ranks.
+inline constexpr unsigned payload_non_finite = 1u;  ///< the sender flagged its input non-finite
+inline constexpr unsigned payload_malformed = 2u;   ///< the payload breaks the wire format or the layer
+
+class payload_slots {
+public:
+  static constexpr std::size_t alignment = 256;
+
+  /// Makes room for `ranks` payloads of at most `bytes` each (allocating only the first time, or
+  /// to grow) and zeroes the flag and the verdicts; enqueued on `stream`.
+  void prepare(std::size_t ranks, std::size_t bytes, cudaStream_t stream) {
+    ranks_ = ranks;
+    slot_ = (bytes + alignment - 1) / alignment * alignment;
+    slots_.fit(ranks * slot_, stream);
+    flags_.fit(ranks + 2, stream);
+    verdicts_.resize(ranks + 1);
+    BELLOWS_CUDA_CHECK(cudaMemsetAsync(flags_.data(), 0, (ranks + 2) * sizeof(unsigned), stream));
+  }
+
+  [[nodiscard]] std::size_t slot() const noexcept { return slot_; }
+  [[nodiscard]] std::size_t ranks() const noexcept { return ranks_; }
+  /// Every slot, in rank order (device memory).
+  [[nodiscard]] std::span<std::byte> all() const noexcept { return {slots_.data(), ranks_ * slot_}; }
+  /// The slot of rank r.
+  [[nodiscard]] std::byte* of(std::size_t r) const noexcept { return slots_.data() + r * slot_; }
+  /// Set by this rank's kernels when its input is not finite.
+  [[nodiscard]] unsigned* non_finite() const noexcept { return flags_.data(); }
+  /// ranks() + 1 words for the validation kernels: rank r's verdict, then the worst.
+  [[nodiscard]] unsigned* verdicts() const noexcept { return flags_.data() + 1; }
+
+  /// Copies the verdicts back and waits for the executor's stream.
+  void read_verdicts(executor& exec) {
+    BELLOWS_CUDA_CHECK(cudaMemcpyAsync(verdicts_.data(), verdicts(), verdicts_.size() * sizeof(unsigned),
+                                       cudaMemcpyDeviceToHost, exec.stream()));
+    exec.synchronize();
+  }
+  /// After read_verdicts: rank r's verdict, and the worst of all.
+  [[nodiscard]] unsigned verdict(std::size_t r) const noexcept { return verdicts_[r]; }
+  [[nodiscard]] unsigned worst() const noexcept { return verdicts_[ranks_]; }
+
+  /// After read_verdicts found a malformed payload: copies the first one back and raises the
+  /// wire_error that `check(bytes)` (the CPU's validation) raises for it, naming the layer and
+  /// the rank. The bytes are as many as its header claims, within the slot, as a transport that
+  /// carries sizes would have delivered them. Should the CPU accept what the device refused,
+  /// raises bellows::error, since that is a bug of bellows.
+  template <class Check>
+  [[noreturn]] void report_malformed(executor& exec, std::string_view who, const layer_info& layer,
+                                     Check&& check) const {
+    std::size_t r = 0;
+    while ((verdicts_[r] & payload_malformed) == 0) ++r;
+    std::vector<std::uint64_t> copy(slot_ / 8);  // 8-byte aligned, as the wire reader needs
+    BELLOWS_CUDA_CHECK(cudaMemcpyAsync(copy.data(), of(r), slot_, cudaMemcpyDeviceToHost, exec.stream()));
+    exec.synchronize();
+    const std::span<const std::byte> bytes = std::as_bytes(std::span(copy));
+    wire::header h;
+    std::memcpy(static_cast<void*>(&h), bytes.data(), sizeof h);
+    const std::size_t claimed = wire::header_bytes + std::min<std::uint64_t>(h.body_bytes, slot_ - wire::header_bytes);
+    try {
+      check(bytes.first(claimed));
+    } catch (const wire_error& e) {
+      bellows::detail::fail<wire_error>(who, ": layer '", layer.name, "': the payload of rank ", r, ": ", e.what());
+    }
+    bellows::detail::fail<error>(who, ": layer '", layer.name, "': the device found the payload of rank ", r,
+                        " malformed and the host's validation did not (a bug in bellows)");
+  }
+
+private:
+  device_buffer<std::byte> slots_;
+  device_buffer<unsigned> flags_;
+  std::vector<unsigned> verdicts_;
+  std::size_t ranks_ = 0, slot_ = 0;
+};
+
+}  // namespace bellows::cuda

@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: Apache-2.0
+// QSGD on the device: qsgd<cuda::executor>, the compressor of compressors/qsgd.hpp with its
+// state, payloads and arithmetic in device memory, exchanged through a DeviceCollective
+// (collectives::nccl). Every rank's result, error memory and payload bytes are those of
+// qsgd<cpu::executor> for the same inputs, bit for bit: the same payload format
+// (detail::qsgd_format), the same Philox noise, and every sum and quotient rounded in the CPU's
+// order.
+//
+// One step, all on the executor's stream (the collective's too):
+//   m = g + e (with a memory) -> quantize into this rank's slot -> header, padding
+//   -> allgather of the slots -> validation of every payload on the device (one verdict per rank)
+//   -> the verdicts copied back: the one wait of the step, since reduce returns the status
+//   -> when every payload is good and finite: the average of the decoded payloads into g, and
+//      e = m - (this rank's decoded payload), in one kernel, enqueued and not waited for.
+// A malformed payload raises wire_error with the message the CPU's validation gives for it
+// (cuda::payload_slots copies it back for detail::qsgd_format::check), naming the rank.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "bellows/compressors/detail/qsgd_format.hpp"
+#include "bellows/compressors/qsgd.hpp"
+#include "bellows/concepts.hpp"
+#include "bellows/core/checkpoint.hpp"
+#include "bellows/core/error.hpp"
+#include "bellows/core/wire.hpp"
+#include "bellows/cuda/buffer.cuh"
+#include "bellows/cuda/check.cuh"
+#include "bellows/cuda/checkpoint.cuh"
+#include "bellows/cuda/elementwise.cuh"
+#include "bellows/cuda/executor.cuh"
+#include "bellows/cuda/launch.cuh"
+#include "bellows/cuda/payload_slots.cuh"
+#include "bellows/cuda/quantize.cuh"
+
+namespace bellows::cuda::detail {
+
+/// Writes the header `h` at the start of `payload`, flagged non-finite when *non_finite, and
+/// zeroes the body's padding, bytes [pad, end). One thread.
+__global__ void finish_payload_kernel(std::byte* payload, wire::header h, const unsigned* non_finite, std::size_t pad,
+                                      std::size_t end) {
+  if (*non_finite != 0) h.flags |= wire::flag::non_finite;
+  *reinterpret_cast<wire::header*>(payload) = h;
+  for (std::size_t i = pad; i < end; ++i) payload[i] = std::byte{0};
+}
+
+/// Validates `ranks` payloads, slot r holding rank r's, against the header `want` as
+/// qsgd_format::check does: header fields, the padding after the codes, the unused bits of the
+/// last code byte and, unless flagged non-finite, every scale finite and >= 0. Item j of a rank
+/// is its scale j, item `want.count` its header. OR-s into verdict[r] and verdict[ranks].
+__global__ void check_payloads_kernel(const std::byte* slots, std::size_t slot, std::size_t ranks, wire::header want,
+                                      std::size_t codes_at, std::size_t code_bytes, unsigned used_bits,
+                                      unsigned* verdict) {
+  const std::size_t items = want.count + 1;
+  for (std::size_t t = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; t < ranks * items;
+       t += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t r = t / items, j = t % items;
+    const std::byte* p = slots + r * slot;
+    const wire::header& h = *reinterpret_cast<const wire::header*>(p);
+    unsigned bad = 0;
+    if (j < want.count) {
+      const float s = reinterpret_cast<const float*>(p + wire::header_bytes)[j];
+      if ((h.flags & wire::flag::non_finite) == 0 && (!(s >= 0.0f) || (__float_as_uint(s) & 0x7FFFFFFFu) >= 0x7F800000u))
+        bad = cuda::payload_malformed;
+    } else {
+      bool ok = h.magic == want.magic && h.version == want.version && h.codec == want.codec &&
+                (h.flags & ~wire::flag::non_finite) == 0 && h.n == want.n && h.count == want.count &&
+                h.param == want.param && h.reserved == 0 && h.body_bytes == want.body_bytes;
+      for (std::size_t i = codes_at + code_bytes; i < wire::header_bytes + want.body_bytes; ++i)
+        ok = ok && p[i] == std::byte{0};
+      if (used_bits != 0) ok = ok && (static_cast<unsigned>(p[codes_at + code_bytes - 1]) >> used_bits) == 0;
+      bad = !ok ? cuda::payload_malformed : (h.flags & wire::flag::non_finite) != 0 ? cuda::payload_non_finite : 0u;
+    }
+    if (bad != 0) {
+      atomicOr(&verdict[r], bad);
+      atomicOr(&verdict[ranks], bad);
+    }
+  }
+}
+
+/// out[i] = (the sum over ranks, in rank order from 0.0, of the decoded element i) / ranks, and,
+/// when e is not null, e[i] = m[i] - this rank's decoded element i.
+template <unsigned Bits>
+__global__ void average_payloads_kernel(const std::byte* slots, std::size_t slot, std::size_t ranks, std::size_t rank,
+                                        std::size_t n, std::size_t bucket, std::size_t codes_at, float* out,
+                                        const float* m, float* e) {
+  const auto w = static_cast<float>(ranks);
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    float sum = 0.0f, own = 0.0f;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      const std::byte* p = slots + r * slot;
+      const float v = decoded<Bits>(reinterpret_cast<const float*>(p + wire::header_bytes),
+                                    reinterpret_cast<const std::uint8_t*>(p + codes_at), i, bucket);
+      sum = __fadd_rn(sum, v);
+      if (r == rank) own = v;
+    }
+    out[i] = __fdiv_rn(sum, w);
+    if (e != nullptr) e[i] = __fsub_rn(m[i], own);
+  }
+}
+
+}  // namespace bellows::cuda::detail
+
+namespace bellows {
+
+template <>
+class qsgd<cuda::executor> {
+public:
+  /// One layer: step counter, error memory and workspace, all but the counter in device memory.
+  /// The payload slots are sized by the first step (they depend on the ranks).
+  struct state {
+    layer_info layer;
+    std::uint64_t step = 0;
+    cuda::device_buffer<float> memory;       ///< e, zero at first (empty without a memory)
+    cuda::device_buffer<float> compensated;  ///< m = g + e (empty without a memory)
+    cuda::payload_slots slots;               ///< every rank's payload of the step, and the verdicts
+  };
+
+  explicit qsgd(const qsgd_params& params = {}, cuda::executor& exec = cuda::executor::shared())
+      : format_(params), exec_(&exec) {}
+
+  [[nodiscard]] const qsgd_params& params() const noexcept { return format_.params(); }
+  [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allgather; }
+
+  [[nodiscard]] state make_state(const layer_info& layer) const {
+    detail::qsgd_format::check_layer(layer);
+    state st;
+    st.layer = layer;
+    if (params().feedback != feedback::none) {
+      st.memory = cuda::device_buffer<float>(layer.size());
+      st.compensated = cuda::device_buffer<float>(layer.size());
+      BELLOWS_CUDA_CHECK(cudaMemsetAsync(st.memory.data(), 0, layer.size() * sizeof(float), exec_->stream()));
+    }
+    return st;
+  }
+
+  /// One step (a collective call; see the file's comment). `inout` is device memory; the
+  /// collective enqueues on the executor's stream. Waits for that stream once, for the verdicts;
+  /// the average and the memory's update are still running when it returns.
+  template <DeviceCollective Coll>
+  reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
+    detail::qsgd_format::check_size(st.layer, inout.size());
+    BELLOWS_EXPECTS(coll.stream() == exec_->stream(), "qsgd: layer '", st.layer.name,
+                    "': the collective and the executor enqueue on different streams; give both the same one");
+    const std::size_t n = st.layer.size(), ranks = coll.size(), rank = coll.rank();
+    const cpu::code_layout l = format_.layout(n);
+    const std::size_t bytes = format_.payload_bytes(n), codes_at = format_.codes_offset(n);
+    const cudaStream_t stream = exec_->stream();
+    cuda::payload_slots& slots = st.slots;
+    slots.prepare(ranks, bytes, stream);
+
+    std::span<const float> m = inout;
+    if (!st.memory.span().empty()) {
+      add(*exec_, st.compensated.span(), inout, st.memory.span());
+      m = st.compensated.span();
+    }
+    std::byte* mine = slots.of(rank);
+    quantize_pack(*exec_, m, l, params().norm, format_.stream(st.step, st.layer, rank),
+                  {reinterpret_cast<float*>(mine + wire::header_bytes), l.buckets()},
+                  {reinterpret_cast<std::uint8_t*>(mine + codes_at), l.code_bytes()}, slots.non_finite());
+    cuda::detail::launch(&cuda::detail::finish_payload_kernel, 1, 1, stream, mine, format_.header(n),
+                         slots.non_finite(), codes_at + l.code_bytes(), bytes);
+    coll.allgather_slots(std::span<const std::byte>(mine, bytes), slots.all(), slots.slot());
+
+    const std::size_t items = ranks * (l.buckets() + 1);
+    const unsigned blocks = std::min(cuda::blocks_for(items, 256), 4096u);
+    cuda::detail::launch(&cuda::detail::check_payloads_kernel, blocks, 256u, stream, slots.all().data(),
+                         slots.slot(), ranks, format_.header(n), codes_at, l.code_bytes(),
+                         static_cast<unsigned>(n * l.bits % 8), slots.verdicts());
+    slots.read_verdicts(*exec_);
+
+    const traffic sent = format_.sent(n);
+    if ((slots.worst() & cuda::payload_malformed) != 0)
+      slots.report_malformed(*exec_, "qsgd", st.layer, [&](std::span<const std::byte> payload) {
+        (void)format_.check(st.layer, payload);
+      });
+    if (slots.worst() != 0) return {step_status::non_finite, sent};
+    if (n != 0) {
+      const auto run = [&](auto kernel) {
+        cuda::detail::launch(kernel, cuda::detail::stride_blocks(n), cuda::detail::elementwise_threads, stream,
+                             slots.all().data(), slots.slot(), ranks, rank, n, l.bucket, codes_at, inout.data(),
+                             m.data(), st.memory.data());
+      };
+      switch (l.bits) {
+        case 2: run(&cuda::detail::average_payloads_kernel<2>); break;
+        case 4: run(&cuda::detail::average_payloads_kernel<4>); break;
+        default: run(&cuda::detail::average_payloads_kernel<8>); break;
+      }
+    }
+    ++st.step;
+    return {step_status::ok, sent};
+  }
+
+  /// The CPU compressor's checkpoint record (step counter, then the error memory): either
+  /// backend reads what the other wrote. Both wait for the executor's stream.
+  void save(const state& st, checkpoint_writer& out) const {
+    cuda::save_step_and_memory(*exec_, st.step, st.memory, out);
+  }
+  /// Reads what save wrote for the same layer and configuration; checks before it changes anything.
+  void load(state& st, checkpoint_reader& in) const {
+    cuda::load_step_and_memory(*exec_, st.step, st.memory, in, "qsgd step", "qsgd error memory");
+  }
+
+private:
+  detail::qsgd_format format_;
+  cuda::executor* exec_;
+};
+
+static_assert(Compressor<qsgd<cuda::executor>, archetypes::device_collective>,
+              "qsgd<cuda::executor> must model Compressor over a DeviceCollective");
+
+}  // namespace bellows

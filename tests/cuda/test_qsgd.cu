@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: Apache-2.0
+// qsgd<cuda::executor> over the NCCL collective, one rank per device, against qsgd<cpu::executor>
+// over the local collective with the same ranks and inputs: every status, average, error memory
+// and step counter bit for bit, NaN steps included; malformed payloads, wrong streams and sizes;
+// checkpoints that cross backends.
+#include <bellows/collectives/nccl.cuh>
+#include <bellows/compressors/qsgd.hpp>
+#include <bellows/cuda/qsgd.cuh>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "../support/random.hpp"
+#include "compressor_ranks.cuh"
+#include "device_test.cuh"
+#include "nccl_ranks.cuh"
+
+namespace {
+
+using bellows::step_status;
+
+struct config {
+  std::size_t n;
+  bellows::qsgd_params params;
+  bool nan_step;  ///< the last rank's input at step 1 holds a NaN
+};
+
+inline constexpr std::size_t steps = 3;
+
+/// Rank r's gradient at a step: normal values, a zero run (a zero bucket for small buckets),
+/// and the NaN of the config.
+std::vector<float> gradient(const config& c, std::size_t step, std::size_t rank, std::size_t ranks) {
+  std::vector<float> g = bellows::testing::normal_floats(c.n, 1000 * step + rank);
+  for (std::size_t i = c.n / 3; i < c.n / 3 + 20 && i < c.n; ++i) g[i] = 0.0f;
+  if (c.nan_step && step == 1 && rank + 1 == ranks && c.n != 0) g[c.n / 2] = std::numeric_limits<float>::quiet_NaN();
+  return g;
+}
+
+bellows::layer_info layer_of(const config& c) { return {3, "fc", bellows::shape{c.n}}; }
+
+std::size_t ranks() { return static_cast<std::size_t>(bellows::cuda::device_count()); }
+
+
+}  // namespace
+
+TEST_CASE("cuda qsgd: every rank's average, memory and step equal the CPU's, bit for bit") {
+  if (!bellows::test::have_device()) return;
+  using bellows::qsgd_norm;
+  using bellows::feedback;
+  const std::vector<config> configs = {
+      {0, {.bits = 8, .bucket = 512, .feedback = feedback::residual}, false},
+      {1, {.bits = 4, .bucket = 1, .norm = qsgd_norm::max_abs, .seed = 5}, true},
+      {1000, {.bits = 2, .bucket = 7, .seed = 9, .feedback = feedback::residual}, true},
+      {777, {.bits = 2, .bucket = 33, .norm = qsgd_norm::max_abs}, false},
+      {4099, {.bits = 4, .bucket = 100, .norm = qsgd_norm::max_abs, .feedback = feedback::residual}, false},
+      {4099, {.bits = 8, .bucket = 512, .seed = 77, .feedback = feedback::residual}, true},
+  };
+  const std::size_t w = ranks();
+  for (const config& c : configs) {
+    CAPTURE(c.n);
+    CAPTURE(c.params.bits);
+    CAPTURE(c.params.bucket);
+    const auto input = [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, w); };
+    const auto want = bellows::test::trace_on_cpu<bellows::qsgd>(c.params, layer_of(c), w, steps, input);
+    const auto got = bellows::test::trace_on_device<bellows::qsgd>(c.params, layer_of(c), steps, input);
+    bellows::test::check_same_traces(got, want);
+    // the NaN step is skipped everywhere and leaves the input as it was
+    if (c.nan_step && c.n != 0) {
+      CHECK(want[0].status[1] == step_status::non_finite);
+      CHECK(want[0].step == steps - 1);
+      CHECK(bellows::test::same_bytes(got[0].out[1], gradient(c, 1, 0, w)));
+    }
+  }
+}
+
+TEST_CASE("cuda qsgd: a malformed payload raises wire_error on every rank and changes nothing") {
+  if (!bellows::test::have_device()) return;
+  // 1001 elements, 2 bits, buckets of 7: 143 scales (572 bytes), 251 code bytes (the last with 2
+  // bits used), 1 byte of padding
+  const config c{1001, {.bits = 2, .bucket = 7, .feedback = bellows::feedback::residual}, false};
+  const std::size_t codes_at = bellows::wire::header_bytes + 572;
+  struct corruption {
+    std::size_t offset;
+    std::uint8_t value;
+    std::string says;
+  };
+  const std::vector<corruption> corruptions = {
+      {8, 0x01, "elements in"},                          // the header's n
+      {bellows::wire::header_bytes + 3, 0xFF, "scale"},  // scale 0 negative
+      {codes_at + 251, 0x01, "padding"},                 // the padding byte
+      {codes_at + 250, 0xC0, "unused bits"},             // above the 2 bits used of the last code byte
+  };
+  const std::size_t w = ranks();
+  for (const corruption& bad : corruptions) {
+    CAPTURE(bad.offset);
+    std::atomic<std::size_t> right{0};
+    bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
+      bellows::cuda::executor exec(coll.stream());
+      bellows::qsgd<bellows::cuda::executor> q(c.params, exec);
+      auto st = q.make_state(layer_of(c));
+      bellows::test::device_array<float> g(gradient(c, 0, rank, w));
+      bool ok = q.reduce(st, g.span(), coll).status == step_status::ok;
+      const std::vector<float> e = bellows::test::memory_of(st.memory);
+      const std::vector<float> input = gradient(c, 1, rank, w);
+      bellows::test::device_array<float> g1(input);
+      bellows::test::corrupting lossy{coll, w - 1, bad.offset, bad.value};
+      try {
+        (void)q.reduce(st, g1.span(), lossy);
+        ok = false;
+      } catch (const bellows::wire_error& err) {
+        const std::string says = err.what();
+        ok &= says.find("rank " + std::to_string(w - 1)) != std::string::npos;
+        ok &= says.find(bad.says) != std::string::npos;
+      }
+      ok &= st.step == 1 && bellows::test::same_bytes(bellows::test::memory_of(st.memory), e) && bellows::test::same_bytes(g1.host(), input);
+      if (ok) ++right;
+    });
+    CHECK(right == w);
+  }
+}
+
+TEST_CASE("cuda qsgd: wrong streams and sizes are refused before anything runs") {
+  if (!bellows::test::have_device()) return;
+  const config c{100, {.bits = 4, .bucket = 16, .feedback = bellows::feedback::residual}, false};
+  std::atomic<std::size_t> right{0};
+  bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
+    cudaStream_t other = nullptr;
+    BELLOWS_CUDA_CHECK(cudaStreamCreate(&other));
+    bool ok = true;
+    {
+      bellows::cuda::executor elsewhere(other), exec(coll.stream());
+      bellows::qsgd<bellows::cuda::executor> q(c.params, elsewhere), right_stream(c.params, exec);
+      auto st = q.make_state(layer_of(c));
+      bellows::test::device_array<float> g(gradient(c, 0, rank, ranks())), short_g(99);
+      try {
+        (void)q.reduce(st, g.span(), coll);
+        ok = false;
+      } catch (const bellows::error& err) {
+        ok &= std::string(err.what()).find("different streams") != std::string::npos;
+      }
+      try {
+        (void)right_stream.reduce(st, short_g.span(), coll);
+        ok = false;
+      } catch (const bellows::error& err) {
+        ok &= std::string(err.what()).find("the buffer 99") != std::string::npos;
+      }
+      ok &= st.step == 0;
+    }
+    BELLOWS_CUDA_CHECK(cudaStreamDestroy(other));
+    if (ok) ++right;
+  });
+  CHECK(right == ranks());
+}
+
+TEST_CASE("cuda qsgd: checkpoints cross backends") {
+  if (!bellows::test::have_device()) return;
+  const config c{300, {.bits = 8, .bucket = 64, .feedback = bellows::feedback::residual}, false};
+  std::atomic<std::size_t> right{0};
+  bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
+    bellows::cuda::executor exec(coll.stream());
+    bellows::qsgd<bellows::cuda::executor> q(c.params, exec);
+    auto st = q.make_state(layer_of(c));
+    bellows::test::device_array<float> g(gradient(c, 0, rank, ranks()));
+    bool ok = q.reduce(st, g.span(), coll).status == step_status::ok;
+    const std::vector<float> e = bellows::test::memory_of(st.memory);
+    bool nonzero = false;
+    for (float x : e) nonzero |= x != 0.0f;
+    ok &= nonzero;
+
+    // device -> CPU
+    bellows::checkpoint_writer saved;
+    q.save(st, saved);
+    bellows::cpu::executor host(1);
+    bellows::qsgd<> on_host(c.params, host);
+    auto host_st = on_host.make_state(layer_of(c));
+    bellows::checkpoint_reader from_device(saved.bytes());
+    on_host.load(host_st, from_device);
+    ok &= host_st.step == 1 && std::equal(e.begin(), e.end(), host_st.memory.values().begin());
+
+    // CPU -> device, into a fresh state
+    host_st.memory.values()[7] = 0.25f;
+    bellows::checkpoint_writer from_host;
+    on_host.save(host_st, from_host);
+    auto fresh = q.make_state(layer_of(c));
+    bellows::checkpoint_reader back(from_host.bytes());
+    q.load(fresh, back);
+    std::vector<float> want = e;
+    want[7] = 0.25f;
+    ok &= fresh.step == 1 && bellows::test::same_bytes(bellows::test::memory_of(fresh.memory), want);
+
+    // a truncated record changes nothing
+    bellows::checkpoint_reader cut(from_host.bytes().first(from_host.bytes().size() - 4));
+    try {
+      q.load(fresh, cut);
+      ok = false;
+    } catch (const bellows::wire_error&) {
+    }
+    ok &= fresh.step == 1 && bellows::test::same_bytes(bellows::test::memory_of(fresh.memory), want);
+    if (ok) ++right;
+  });
+  CHECK(right == ranks());
+}
