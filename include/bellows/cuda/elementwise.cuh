@@ -83,6 +83,8 @@ struct compensate_op {
   }
 };
 /// Raises *flag when an element of x is not finite; reads only.
+__global__ void flag_to_float_kernel(const unsigned* flag, float* out) { *out = *flag != 0 ? 1.0f : 0.0f; }
+
 template <class Float>
 __global__ void flag_kernel(const Float* x, std::size_t n, unsigned* flag) {
   bool bad = false;
@@ -105,6 +107,12 @@ inline void flag_non_finite(executor& exec, std::span<const float> x, unsigned* 
   if (x.empty()) return;
   detail::launch(&detail::flag_kernel<float>, detail::stride_blocks(x.size()), detail::elementwise_threads,
                  exec.stream(), x.data(), x.size(), flag);
+}
+
+/// *out = 1.0f when *flag (device memory) is set, else 0.0f: a flag as the last float of an
+/// allreduce, whose sum then says whether any rank had set it.
+inline void flag_to_float(executor& exec, const unsigned* flag, float* out) {
+  detail::launch(&detail::flag_to_float_kernel, 1u, 1u, exec.stream(), flag, out);
 }
 
 /// x[i] = value.

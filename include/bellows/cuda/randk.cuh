@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: Apache-2.0
+// Rand-k on the device: randk<cuda::executor>, the compressor of compressors/randk.hpp in shared
+// mode with its state in device memory, exchanged by one allreduce of a DeviceCollective
+// (collectives::nccl). Every rank's result, error memory and step counter are those of
+// randk<cpu::executor> for the same inputs, bit for bit: the same draw (cuda/sample.cuh gives
+// the CPU's indices), the same gathered values, and the same quotient for the average.
+//
+// One step, all on the executor's stream (the collective's too):
+//   draw the k indices -> gather the kept values of g (+ e) and stage the next memory, in one
+//   pass -> append the non-finite flag -> allreduce of the k + 1 floats -> the flag copied back:
+//   the one wait of the step -> when every rank was finite: the average scattered into g (zero
+//   elsewhere) and the staged memory made current; enqueued and not waited for.
+// Per-rank mode (indices per rank, averaged by allgather) is not on the device yet: the
+// constructor refuses it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "bellows/compressors/detail/sparse_codec.hpp"
+#include "bellows/compressors/randk.hpp"
+#include "bellows/concepts.hpp"
+#include "bellows/core/checkpoint.hpp"
+#include "bellows/core/error.hpp"
+#include "bellows/core/philox.hpp"
+#include "bellows/cpu/sample.hpp"
+#include "bellows/cuda/buffer.cuh"
+#include "bellows/cuda/check.cuh"
+#include "bellows/cuda/checkpoint.cuh"
+#include "bellows/cuda/elementwise.cuh"
+#include "bellows/cuda/executor.cuh"
+#include "bellows/cuda/sample.cuh"
+#include "bellows/cuda/sparse.cuh"
+
+namespace bellows {
+
+template <>
+class randk<cuda::executor> {
+public:
+  /// One layer: step counter, its draw's plan, and in device memory the error memory, its staged
+  /// successor, the kept indices and the allreduce buffer.
+  struct state {
+    layer_info layer;
+    std::uint64_t step = 0;
+    cpu::sample_plan plan;
+    cuda::device_buffer<float> memory;  ///< e, zero at first (empty without a memory)
+    cuda::device_buffer<float> staged;  ///< the next e, current once every rank was finite
+    cuda::device_buffer<std::uint32_t> index;
+    cuda::device_buffer<float> values;  ///< the k kept values, then the non-finite flag
+    float flag = 0.0f;                  ///< the flag's sum over ranks, read back
+
+    /// The elements kept per step.
+    [[nodiscard]] std::size_t k() const noexcept { return plan.k; }
+  };
+
+  static constexpr const char* name = "randk";
+
+  explicit randk(randk_params params = {}, cuda::executor& exec = cuda::executor::shared())
+      : params_(params), exec_(&exec) {
+    BELLOWS_EXPECTS(params.mode == randk_mode::shared, "randk<cuda::executor>: mode ", to_string(params.mode),
+                    " is not on the device (shared mode only)");
+  }
+
+  [[nodiscard]] const randk_params& params() const noexcept { return params_; }
+  [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allreduce; }
+
+  /// Validates the parameters for the layer (raising bellows::error that names both) and sizes
+  /// the state; reserves the executor's workspace for the draw.
+  [[nodiscard]] state make_state(const layer_info& layer) const {
+    const std::size_t k = detail::kept_count(name, layer, params_.ratio, params_.k);
+    BELLOWS_EXPECTS(!params_.unbiased || params_.feedback == feedback::none, "randk: layer '", layer.name,
+                    "': unbiased scaling needs feedback none, got feedback ", to_string(params_.feedback));
+    state st;
+    st.layer = layer;
+    st.plan = cpu::plan_sample(layer.size(), k);
+    exec_->reserve(cuda::sample_workspace::bytes(st.plan));  // raises for layers of 2^32 elements or more
+    st.index = cuda::device_buffer<std::uint32_t>(k);
+    st.values = cuda::device_buffer<float>(k + 1);
+    if (params_.feedback != feedback::none) {
+      st.memory = cuda::device_buffer<float>(layer.size());
+      st.staged = cuda::device_buffer<float>(layer.size());
+      BELLOWS_CUDA_CHECK(cudaMemsetAsync(st.memory.data(), 0, layer.size() * sizeof(float), exec_->stream()));
+    }
+    return st;
+  }
+
+  /// One step (a collective call; see the file's comment). `inout` is device memory; the
+  /// collective enqueues on the executor's stream. Waits for that stream once, for the flag.
+  template <DeviceCollective Coll>
+  reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
+    BELLOWS_EXPECTS(inout.size() == st.layer.size(), name, ": layer '", st.layer.name, "' of shape ",
+                    st.layer.shape.to_string(), " has ", st.layer.size(), " elements, the buffer ", inout.size());
+    BELLOWS_EXPECTS(st.plan == cpu::plan_sample(st.layer.size(), detail::kept_count(name, st.layer, params_.ratio,
+                                                                                       params_.k)),
+                    name, ": layer '", st.layer.name, "': the state keeps ", st.plan.k,
+                    " elements, this compressor another number (make the state with it)");
+    BELLOWS_EXPECTS(coll.stream() == exec_->stream(), name, ": layer '", st.layer.name,
+                    "': the collective and the executor enqueue on different streams; give both the same one");
+    const std::size_t k = st.plan.k;
+    const cudaStream_t stream = exec_->stream();
+    const std::span<float> values(st.values.data(), k);
+
+    cuda::sample_workspace ws(st.plan, exec_->workspace());
+    draw_sample(*exec_, st.plan, {params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id,
+                                  philox::stream::shared}, ws);
+    const float scale = params_.unbiased ? static_cast<float>(static_cast<double>(st.layer.size()) /
+                                                              static_cast<double>(k))
+                                         : 1.0f;
+    gather_sample(*exec_, st.plan, ws, inout, st.memory.span(), st.staged.span(),
+                  cpu::sparse_arrays<std::uint32_t>{st.index.span(), values}, scale);
+    flag_to_float(*exec_, ws.non_finite, st.values.data() + k);
+    coll.allreduce_sum(st.values.span());
+    BELLOWS_CUDA_CHECK(cudaMemcpyAsync(&st.flag, st.values.data() + k, sizeof(float), cudaMemcpyDeviceToHost, stream));
+    exec_->synchronize();
+
+    const reduce_result r{st.flag != 0.0f ? step_status::non_finite : step_status::ok,
+                          {(k + 1) * sizeof(float), k + 1, k}};
+    if (r.status != step_status::ok) return r;
+    const auto w = static_cast<float>(coll.size());
+    if (w != 1.0f) divide(*exec_, values, w);
+    fill(*exec_, inout, 0.0f);
+    scatter_add(*exec_, inout, std::span<const std::uint32_t>(st.index.span()), values);
+    std::swap(st.memory, st.staged);
+    ++st.step;
+    return r;
+  }
+
+  /// The CPU compressor's checkpoint record (step counter, then the error memory): either
+  /// backend reads what the other wrote. Both wait for the executor's stream.
+  void save(const state& st, checkpoint_writer& out) const {
+    cuda::save_step_and_memory(*exec_, st.step, st.memory, out);
+  }
+  /// Reads what save wrote for the same layer and configuration; checks before it changes anything.
+  void load(state& st, checkpoint_reader& in) const {
+    cuda::load_step_and_memory(*exec_, st.step, st.memory, in, name, name);
+  }
+
+private:
+  randk_params params_;
+  cuda::executor* exec_;
+};
+
+static_assert(Compressor<randk<cuda::executor>, archetypes::device_collective>,
+              "randk<cuda::executor> must model Compressor over a DeviceCollective");
+
+}  // namespace bellows

@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+// randk<cuda::executor> (shared mode) over the NCCL collective, one rank per device, against
+// randk<cpu::executor> over the local collective with the same ranks and inputs: every status,
+// average, error memory and step counter bit for bit, NaN steps included; what it refuses;
+// checkpoints that cross backends.
+#include <bellows/collectives/nccl.cuh>
+#include <bellows/compressors/randk.hpp>
+#include <bellows/cuda/randk.cuh>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "../support/random.hpp"
+#include "compressor_ranks.cuh"
+#include "device_test.cuh"
+#include "nccl_ranks.cuh"
+
+namespace {
+
+using bellows::step_status;
+
+struct config {
+  std::size_t n;
+  bellows::randk_params params;
+  bool nan_step;  ///< the last rank's input at step 1 holds an Inf
+};
+
+inline constexpr std::size_t steps = 3;
+
+std::vector<float> gradient(const config& c, std::size_t step, std::size_t rank, std::size_t ranks) {
+  std::vector<float> g = bellows::testing::normal_floats(c.n, 500 * step + rank + 7);
+  if (c.nan_step && step == 1 && rank + 1 == ranks && c.n != 0) g[c.n - 1] = -std::numeric_limits<float>::infinity();
+  return g;
+}
+
+bellows::layer_info layer_of(const config& c) { return {2, "conv", bellows::shape{c.n}}; }
+
+std::size_t ranks() { return static_cast<std::size_t>(bellows::cuda::device_count()); }
+
+}  // namespace
+
+TEST_CASE("cuda randk: every rank's average, memory and step equal the CPU's, bit for bit") {
+  if (!bellows::test::have_device()) return;
+  using bellows::feedback;
+  const std::vector<config> configs = {
+      {0, {.ratio = 0.5}, false},
+      {1, {.ratio = 1.0, .seed = 3}, true},
+      {1000, {.ratio = 0.01, .seed = 11}, true},                                        // few: the plain draw
+      {1000, {.ratio = 0.9, .feedback = feedback::none}, false},                        // most: the complement
+      {5000, {.k = 37, .unbiased = true, .feedback = feedback::none, .seed = 5}, true},  // n / k scaling
+      {4099, {.ratio = 0.25, .feedback = feedback::scaled, .seed = 8}, false},
+  };
+  const std::size_t w = ranks();
+  for (const config& c : configs) {
+    CAPTURE(c.n);
+    CAPTURE(c.params.ratio);
+    CAPTURE(c.params.k);
+    const auto input = [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, w); };
+    const auto want = bellows::test::trace_on_cpu<bellows::randk>(c.params, layer_of(c), w, steps, input);
+    const auto got = bellows::test::trace_on_device<bellows::randk>(c.params, layer_of(c), steps, input);
+    bellows::test::check_same_traces(got, want);
+    if (c.nan_step && c.n != 0) {
+      CHECK(want[0].status[1] == step_status::non_finite);
+      CHECK(bellows::test::same_bytes(got[0].out[1], gradient(c, 1, 0, w)));
+    }
+  }
+}
+
+TEST_CASE("cuda randk: per-rank mode, wrong states, streams and sizes are refused before anything runs") {
+  if (!bellows::test::have_device()) return;
+  CHECK_THROWS_WITH_AS(bellows::randk<bellows::cuda::executor>({.mode = bellows::randk_mode::per_rank}),
+                       doctest::Contains("shared mode only"), bellows::error);
+  CHECK_THROWS_WITH_AS((void)bellows::randk<bellows::cuda::executor>({.unbiased = true}).make_state(
+                           {0, "fc", bellows::shape{10}}),
+                       doctest::Contains("unbiased scaling needs feedback none"), bellows::error);
+  const config c{200, {.ratio = 0.1}, false};
+  std::atomic<std::size_t> right{0};
+  bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
+    cudaStream_t other = nullptr;
+    BELLOWS_CUDA_CHECK(cudaStreamCreate(&other));
+    bool ok = true;
+    {
+      bellows::cuda::executor elsewhere(other), exec(coll.stream());
+      bellows::randk<bellows::cuda::executor> q(c.params, elsewhere), here(c.params, exec),
+          fewer({.ratio = 0.05}, exec);
+      auto st = here.make_state(layer_of(c));
+      bellows::test::device_array<float> g(gradient(c, 0, rank, ranks())), short_g(199);
+      const auto refused = [&](auto&& call, const char* says) {
+        try {
+          call();
+          return false;
+        } catch (const bellows::error& err) {
+          return std::string(err.what()).find(says) != std::string::npos;
+        }
+      };
+      ok &= refused([&] { (void)q.reduce(st, g.span(), coll); }, "different streams");
+      ok &= refused([&] { (void)here.reduce(st, short_g.span(), coll); }, "the buffer 199");
+      ok &= refused([&] { (void)fewer.reduce(st, g.span(), coll); }, "the state keeps 20 elements");
+      ok &= st.step == 0 && here.reduce(st, g.span(), coll).status == step_status::ok && st.step == 1;
+    }
+    BELLOWS_CUDA_CHECK(cudaStreamDestroy(other));
+    if (ok) ++right;
+  });
+  CHECK(right == ranks());
+}
+
+TEST_CASE("cuda randk: checkpoints cross backends") {
+  if (!bellows::test::have_device()) return;
+  const config c{300, {.ratio = 0.1, .seed = 2}, false};
+  std::atomic<std::size_t> right{0};
+  bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
+    bellows::cuda::executor exec(coll.stream());
+    bellows::randk<bellows::cuda::executor> q(c.params, exec);
+    auto st = q.make_state(layer_of(c));
+    bellows::test::device_array<float> g(gradient(c, 0, rank, ranks()));
+    bool ok = q.reduce(st, g.span(), coll).status == step_status::ok;
+    const std::vector<float> e = bellows::test::memory_of(st.memory);
+
+    bellows::checkpoint_writer saved;
+    q.save(st, saved);
+    bellows::cpu::executor host(1);
+    bellows::randk<> on_host(c.params, host);
+    auto host_st = on_host.make_state(layer_of(c));
+    bellows::checkpoint_reader from_device(saved.bytes());
+    on_host.load(host_st, from_device);
+    ok &= host_st.step == 1 && bellows::test::same_bytes(std::vector<float>(host_st.memory.values().begin(),
+                                                                            host_st.memory.values().end()),
+                                                         e);
+    host_st.memory.values()[0] = 2.5f;
+    bellows::checkpoint_writer from_host;
+    on_host.save(host_st, from_host);
+    auto fresh = q.make_state(layer_of(c));
+    bellows::checkpoint_reader back(from_host.bytes());
+    q.load(fresh, back);
+    std::vector<float> want = e;
+    want[0] = 2.5f;
+    ok &= fresh.step == 1 && bellows::test::same_bytes(bellows::test::memory_of(fresh.memory), want);
+    if (ok) ++right;
+  });
+  CHECK(right == ranks());
+}
