@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+// topk<cuda::executor> (exact mode) over the NCCL collective, one rank per device, against
+// topk<cpu::executor> over the local collective with the same ranks and inputs: every status,
+// traffic figure, average, error memory and step counter bit for bit, by allgather and by the
+// dense allreduce, with ties and NaN steps; malformed payloads; what it refuses; checkpoints
+// that cross backends.
+#include <bellows/collectives/nccl.cuh>
+#include <bellows/compressors/topk.hpp>
+#include <bellows/cuda/topk.cuh>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "../support/random.hpp"
+#include "compressor_ranks.cuh"
+#include "device_test.cuh"
+#include "nccl_ranks.cuh"
+
+namespace {
+
+using bellows::step_status;
+
+struct config {
+  std::size_t n;
+  bellows::topk_params params;
+  bool nan_step;  ///< the last rank's input at step 1 holds a NaN
+  bool ties;      ///< magnitudes from a few levels, so the threshold falls among equal ones
+};
+
+inline constexpr std::size_t steps = 3;
+
+std::vector<float> gradient(const config& c, std::size_t step, std::size_t rank, std::size_t ranks) {
+  std::vector<float> g = bellows::testing::normal_floats(c.n, 300 * step + rank + 1);
+  if (c.ties)
+    for (float& x : g) x = std::round(x * 2.0f) / 2.0f;
+  if (c.nan_step && step == 1 && rank + 1 == ranks && c.n != 0) g[c.n / 3] = std::numeric_limits<float>::quiet_NaN();
+  return g;
+}
+
+bellows::layer_info layer_of(const config& c) { return {1, "attn", bellows::shape{c.n}}; }
+
+std::size_t ranks() { return static_cast<std::size_t>(bellows::cuda::device_count()); }
+
+}  // namespace
+
+TEST_CASE("cuda topk: every rank's average, memory, traffic and step equal the CPU's, bit for bit") {
+  if (!bellows::test::have_device()) return;
+  using bellows::feedback;
+  const std::vector<config> configs = {
+      {0, {.ratio = 0.5}, false, false},
+      {1, {.ratio = 1.0}, true, false},
+      {1000, {.ratio = 0.01}, true, false},                         // by allgather
+      {1000, {.ratio = 0.3}, false, true},                          // dense for 2 ranks or more, ties
+      {1000, {.ratio = 0.3, .dense_switch = false}, true, true},    // by allgather, many, ties
+      {1000, {.ratio = 0.4, .dense_switch = false}, false, false},  // many: sums of up to W values
+      {4099, {.k = 37, .feedback = feedback::none}, true, false},   // no memory
+      {5000, {.ratio = 0.05, .feedback = feedback::scaled}, false, true},
+  };
+  const std::size_t w = ranks();
+  for (const config& c : configs) {
+    CAPTURE(c.n);
+    CAPTURE(c.params.ratio);
+    CAPTURE(c.params.dense_switch);
+    const auto input = [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, w); };
+    const auto want = bellows::test::trace_on_cpu<bellows::topk>(c.params, layer_of(c), w, steps, input);
+    const auto got = bellows::test::trace_on_device<bellows::topk>(c.params, layer_of(c), steps, input);
+    bellows::test::check_same_traces(got, want);
+    if (c.nan_step && c.n != 0) {
+      CHECK(want[0].status[1] == step_status::non_finite);
+      CHECK(bellows::test::same_bytes(got[0].out[1], gradient(c, 1, 0, w)));
+    }
+  }
+}
+
+TEST_CASE("cuda topk: a malformed payload raises wire_error on every rank and changes nothing") {
+  if (!bellows::test::have_device()) return;
+  // 1000 elements, k = 10, by allgather: the header, then 10 indices (40 bytes), then 10 values
+  const config c{1000, {.ratio = 0.01, .dense_switch = false}, false, false};
+  const std::size_t at = bellows::wire::header_bytes;
+  struct corruption {
+    std::size_t offset;
+    std::uint32_t value;
+    std::size_t width;
+    std::string says;
+  };
+  const std::vector<corruption> corruptions = {
+      {16, 9, 1, "entries where layer"},                 // the header's count
+      {at + 4 * 9, 1000, 4, "indices must ascend"},      // the last index is n
+      {at + 4 * 1, 0, 4, "indices must ascend"},         // index 1 is 0, not above index 0
+      {at + 40, 0x7FC00000u, 4, "non-finite value"},     // value 0 is NaN
+      {7, 2, 1, "flagged non-finite carries 10"},        // the flag on a payload with entries
+      {32, 8, 1, "overruns the 8-byte body"},            // the body size
+  };
+  const std::size_t w = ranks();
+  for (const corruption& bad : corruptions) {
+    CAPTURE(bad.offset);
+    std::atomic<std::size_t> right{0};
+    bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
+      bellows::cuda::executor exec(coll.stream());
+      bellows::topk<bellows::cuda::executor> q(c.params, exec);
+      auto st = q.make_state(layer_of(c));
+      bellows::test::device_array<float> g(gradient(c, 0, rank, w));
+      bool ok = q.reduce(st, g.span(), coll).status == step_status::ok;
+      const std::vector<float> e = bellows::test::memory_of(st.memory);
+      const std::vector<float> input = gradient(c, 1, rank, w);
+      bellows::test::device_array<float> g1(input);
+      bellows::test::corrupting lossy{coll, w - 1, bad.offset, bad.value, bad.width};
+      try {
+        (void)q.reduce(st, g1.span(), lossy);
+        ok = false;
+      } catch (const bellows::wire_error& err) {
+        const std::string says = err.what();
+        ok &= says.find("rank " + std::to_string(w - 1)) != std::string::npos;
+        ok &= says.find(bad.says) != std::string::npos;
+        if (!ok) MESSAGE(says);
+      }
+      ok &= st.step == 1 && bellows::test::same_bytes(bellows::test::memory_of(st.memory), e) &&
+            bellows::test::same_bytes(g1.host(), input);
+      if (ok) ++right;
+    });
+    CHECK(right == w);
+  }
+}
+
+TEST_CASE("cuda topk: approximate mode, wrong states, streams and sizes are refused before anything runs") {
+  if (!bellows::test::have_device()) return;
+  CHECK_THROWS_WITH_AS(bellows::topk<bellows::cuda::executor>({.mode = bellows::topk_mode::approximate}),
+                       doctest::Contains("exact mode only"), bellows::error);
+  const config c{200, {.ratio = 0.1}, false, false};
+  std::atomic<std::size_t> right{0};
+  bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
+    cudaStream_t other = nullptr;
+    BELLOWS_CUDA_CHECK(cudaStreamCreate(&other));
+    bool ok = true;
+    {
+      bellows::cuda::executor elsewhere(other), exec(coll.stream());
+      bellows::topk<bellows::cuda::executor> q(c.params, elsewhere), here(c.params, exec), fewer({.ratio = 0.05}, exec);
+      auto st = here.make_state(layer_of(c));
+      bellows::test::device_array<float> g(gradient(c, 0, rank, ranks())), short_g(199);
+      const auto refused = [&](auto&& call, const char* says) {
+        try {
+          call();
+          return false;
+        } catch (const bellows::error& err) {
+          return std::string(err.what()).find(says) != std::string::npos;
+        }
+      };
+      ok &= refused([&] { (void)q.reduce(st, g.span(), coll); }, "different streams");
+      ok &= refused([&] { (void)here.reduce(st, short_g.span(), coll); }, "the buffer 199");
+      ok &= refused([&] { (void)fewer.reduce(st, g.span(), coll); }, "the state keeps 20 elements");
+      ok &= st.step == 0 && here.reduce(st, g.span(), coll).status == step_status::ok && st.step == 1;
+    }
+    BELLOWS_CUDA_CHECK(cudaStreamDestroy(other));
+    if (ok) ++right;
+  });
+  CHECK(right == ranks());
+}
+
+TEST_CASE("cuda topk: checkpoints cross backends") {
+  if (!bellows::test::have_device()) return;
+  const config c{300, {.ratio = 0.1}, false, false};
+  std::atomic<std::size_t> right{0};
+  bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
+    bellows::cuda::executor exec(coll.stream());
+    bellows::topk<bellows::cuda::executor> q(c.params, exec);
+    auto st = q.make_state(layer_of(c));
+    bellows::test::device_array<float> g(gradient(c, 0, rank, ranks()));
+    bool ok = q.reduce(st, g.span(), coll).status == step_status::ok;
+    const std::vector<float> e = bellows::test::memory_of(st.memory);
+    bellows::checkpoint_writer saved;
+    q.save(st, saved);
+    bellows::cpu::executor host(1);
+    bellows::topk<> on_host(c.params, host);
+    auto host_st = on_host.make_state(layer_of(c));
+    bellows::checkpoint_reader from_device(saved.bytes());
+    on_host.load(host_st, from_device);
+    ok &= host_st.step == 1 &&
+          bellows::test::same_bytes(std::vector<float>(host_st.memory.values().begin(), host_st.memory.values().end()), e);
+    host_st.memory.values()[5] = -1.5f;
+    bellows::checkpoint_writer from_host;
+    on_host.save(host_st, from_host);
+    auto fresh = q.make_state(layer_of(c));
+    bellows::checkpoint_reader back(from_host.bytes());
+    q.load(fresh, back);
+    std::vector<float> want = e;
+    want[5] = -1.5f;
+    ok &= fresh.step == 1 && bellows::test::same_bytes(bellows::test::memory_of(fresh.memory), want);
+    if (ok) ++right;
+  });
+  CHECK(right == ranks());
+}
