@@ -86,124 +86,28 @@ TEST_CASE("cuda qsgd: a malformed payload raises wire_error on every rank and ch
   // bits used), 1 byte of padding
   const config c{1001, {.bits = 2, .bucket = 7, .feedback = bellows::feedback::residual}, false};
   const std::size_t codes_at = bellows::wire::header_bytes + 572;
-  struct corruption {
-    std::size_t offset;
-    std::uint8_t value;
-    std::string says;
-  };
-  const std::vector<corruption> corruptions = {
-      {8, 0x01, "elements in"},                          // the header's n
-      {bellows::wire::header_bytes + 3, 0xFF, "scale"},  // scale 0 negative
-      {codes_at + 251, 0x01, "padding"},                 // the padding byte
-      {codes_at + 250, 0xC0, "unused bits"},             // above the 2 bits used of the last code byte
-  };
-  const std::size_t w = ranks();
-  for (const corruption& bad : corruptions) {
+  const auto input = [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); };
+  for (const bellows::test::corruption& bad : std::vector<bellows::test::corruption>{
+           {8, 0x01, 1, "elements in"},                          // the header's n
+           {bellows::wire::header_bytes + 3, 0xFF, 1, "scale"},  // scale 0 negative
+           {codes_at + 251, 0x01, 1, "padding"},                 // the padding byte
+           {codes_at + 250, 0xC0, 1, "unused bits"},             // above the 2 bits used of the last code byte
+       }) {
     CAPTURE(bad.offset);
-    std::atomic<std::size_t> right{0};
-    bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
-      bellows::cuda::executor exec(coll.stream());
-      bellows::qsgd<bellows::cuda::executor> q(c.params, exec);
-      auto st = q.make_state(layer_of(c));
-      bellows::test::device_array<float> g(gradient(c, 0, rank, w));
-      bool ok = q.reduce(st, g.span(), coll).status == step_status::ok;
-      const std::vector<float> e = bellows::test::memory_of(st.memory);
-      const std::vector<float> input = gradient(c, 1, rank, w);
-      bellows::test::device_array<float> g1(input);
-      bellows::test::corrupting lossy{coll, w - 1, bad.offset, bad.value};
-      try {
-        (void)q.reduce(st, g1.span(), lossy);
-        ok = false;
-      } catch (const bellows::wire_error& err) {
-        const std::string says = err.what();
-        ok &= says.find("rank " + std::to_string(w - 1)) != std::string::npos;
-        ok &= says.find(bad.says) != std::string::npos;
-      }
-      ok &= st.step == 1 && bellows::test::same_bytes(bellows::test::memory_of(st.memory), e) && bellows::test::same_bytes(g1.host(), input);
-      if (ok) ++right;
-    });
-    CHECK(right == w);
+    bellows::test::check_malformed<bellows::qsgd>(c.params, layer_of(c), input, bad);
   }
 }
 
 TEST_CASE("cuda qsgd: wrong streams and sizes are refused before anything runs") {
   if (!bellows::test::have_device()) return;
   const config c{100, {.bits = 4, .bucket = 16, .feedback = bellows::feedback::residual}, false};
-  std::atomic<std::size_t> right{0};
-  bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
-    cudaStream_t other = nullptr;
-    BELLOWS_CUDA_CHECK(cudaStreamCreate(&other));
-    bool ok = true;
-    {
-      bellows::cuda::executor elsewhere(other), exec(coll.stream());
-      bellows::qsgd<bellows::cuda::executor> q(c.params, elsewhere), right_stream(c.params, exec);
-      auto st = q.make_state(layer_of(c));
-      bellows::test::device_array<float> g(gradient(c, 0, rank, ranks())), short_g(99);
-      try {
-        (void)q.reduce(st, g.span(), coll);
-        ok = false;
-      } catch (const bellows::error& err) {
-        ok &= std::string(err.what()).find("different streams") != std::string::npos;
-      }
-      try {
-        (void)right_stream.reduce(st, short_g.span(), coll);
-        ok = false;
-      } catch (const bellows::error& err) {
-        ok &= std::string(err.what()).find("the buffer 99") != std::string::npos;
-      }
-      ok &= st.step == 0;
-    }
-    BELLOWS_CUDA_CHECK(cudaStreamDestroy(other));
-    if (ok) ++right;
-  });
-  CHECK(right == ranks());
+  bellows::test::check_refusals<bellows::qsgd>(
+      c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });
 }
 
 TEST_CASE("cuda qsgd: checkpoints cross backends") {
   if (!bellows::test::have_device()) return;
   const config c{300, {.bits = 8, .bucket = 64, .feedback = bellows::feedback::residual}, false};
-  std::atomic<std::size_t> right{0};
-  bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
-    bellows::cuda::executor exec(coll.stream());
-    bellows::qsgd<bellows::cuda::executor> q(c.params, exec);
-    auto st = q.make_state(layer_of(c));
-    bellows::test::device_array<float> g(gradient(c, 0, rank, ranks()));
-    bool ok = q.reduce(st, g.span(), coll).status == step_status::ok;
-    const std::vector<float> e = bellows::test::memory_of(st.memory);
-    bool nonzero = false;
-    for (float x : e) nonzero |= x != 0.0f;
-    ok &= nonzero;
-
-    // device -> CPU
-    bellows::checkpoint_writer saved;
-    q.save(st, saved);
-    bellows::cpu::executor host(1);
-    bellows::qsgd<> on_host(c.params, host);
-    auto host_st = on_host.make_state(layer_of(c));
-    bellows::checkpoint_reader from_device(saved.bytes());
-    on_host.load(host_st, from_device);
-    ok &= host_st.step == 1 && std::equal(e.begin(), e.end(), host_st.memory.values().begin());
-
-    // CPU -> device, into a fresh state
-    host_st.memory.values()[7] = 0.25f;
-    bellows::checkpoint_writer from_host;
-    on_host.save(host_st, from_host);
-    auto fresh = q.make_state(layer_of(c));
-    bellows::checkpoint_reader back(from_host.bytes());
-    q.load(fresh, back);
-    std::vector<float> want = e;
-    want[7] = 0.25f;
-    ok &= fresh.step == 1 && bellows::test::same_bytes(bellows::test::memory_of(fresh.memory), want);
-
-    // a truncated record changes nothing
-    bellows::checkpoint_reader cut(from_host.bytes().first(from_host.bytes().size() - 4));
-    try {
-      q.load(fresh, cut);
-      ok = false;
-    } catch (const bellows::wire_error&) {
-    }
-    ok &= fresh.step == 1 && bellows::test::same_bytes(bellows::test::memory_of(fresh.memory), want);
-    if (ok) ++right;
-  });
-  CHECK(right == ranks());
+  bellows::test::check_checkpoints<bellows::qsgd>(
+      c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });
 }

@@ -80,68 +80,14 @@ TEST_CASE("cuda randk: per-rank mode, wrong states, streams and sizes are refuse
                            {0, "fc", bellows::shape{10}}),
                        doctest::Contains("unbiased scaling needs feedback none"), bellows::error);
   const config c{200, {.ratio = 0.1}, false};
-  std::atomic<std::size_t> right{0};
-  bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
-    cudaStream_t other = nullptr;
-    BELLOWS_CUDA_CHECK(cudaStreamCreate(&other));
-    bool ok = true;
-    {
-      bellows::cuda::executor elsewhere(other), exec(coll.stream());
-      bellows::randk<bellows::cuda::executor> q(c.params, elsewhere), here(c.params, exec),
-          fewer({.ratio = 0.05}, exec);
-      auto st = here.make_state(layer_of(c));
-      bellows::test::device_array<float> g(gradient(c, 0, rank, ranks())), short_g(199);
-      const auto refused = [&](auto&& call, const char* says) {
-        try {
-          call();
-          return false;
-        } catch (const bellows::error& err) {
-          return std::string(err.what()).find(says) != std::string::npos;
-        }
-      };
-      ok &= refused([&] { (void)q.reduce(st, g.span(), coll); }, "different streams");
-      ok &= refused([&] { (void)here.reduce(st, short_g.span(), coll); }, "the buffer 199");
-      ok &= refused([&] { (void)fewer.reduce(st, g.span(), coll); }, "the state keeps 20 elements");
-      ok &= st.step == 0 && here.reduce(st, g.span(), coll).status == step_status::ok && st.step == 1;
-    }
-    BELLOWS_CUDA_CHECK(cudaStreamDestroy(other));
-    if (ok) ++right;
-  });
-  CHECK(right == ranks());
+  bellows::test::check_refusals<bellows::randk>(
+      c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); },
+      bellows::randk_params{.ratio = 0.05}, "the state keeps 20 elements");
 }
 
 TEST_CASE("cuda randk: checkpoints cross backends") {
   if (!bellows::test::have_device()) return;
   const config c{300, {.ratio = 0.1, .seed = 2}, false};
-  std::atomic<std::size_t> right{0};
-  bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
-    bellows::cuda::executor exec(coll.stream());
-    bellows::randk<bellows::cuda::executor> q(c.params, exec);
-    auto st = q.make_state(layer_of(c));
-    bellows::test::device_array<float> g(gradient(c, 0, rank, ranks()));
-    bool ok = q.reduce(st, g.span(), coll).status == step_status::ok;
-    const std::vector<float> e = bellows::test::memory_of(st.memory);
-
-    bellows::checkpoint_writer saved;
-    q.save(st, saved);
-    bellows::cpu::executor host(1);
-    bellows::randk<> on_host(c.params, host);
-    auto host_st = on_host.make_state(layer_of(c));
-    bellows::checkpoint_reader from_device(saved.bytes());
-    on_host.load(host_st, from_device);
-    ok &= host_st.step == 1 && bellows::test::same_bytes(std::vector<float>(host_st.memory.values().begin(),
-                                                                            host_st.memory.values().end()),
-                                                         e);
-    host_st.memory.values()[0] = 2.5f;
-    bellows::checkpoint_writer from_host;
-    on_host.save(host_st, from_host);
-    auto fresh = q.make_state(layer_of(c));
-    bellows::checkpoint_reader back(from_host.bytes());
-    q.load(fresh, back);
-    std::vector<float> want = e;
-    want[0] = 2.5f;
-    ok &= fresh.step == 1 && bellows::test::same_bytes(bellows::test::memory_of(fresh.memory), want);
-    if (ok) ++right;
-  });
-  CHECK(right == ranks());
+  bellows::test::check_checkpoints<bellows::randk>(
+      c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });
 }

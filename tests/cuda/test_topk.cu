@@ -84,48 +84,17 @@ TEST_CASE("cuda topk: a malformed payload raises wire_error on every rank and ch
   // 1000 elements, k = 10, by allgather: the header, then 10 indices (40 bytes), then 10 values
   const config c{1000, {.ratio = 0.01, .dense_switch = false}, false, false};
   const std::size_t at = bellows::wire::header_bytes;
-  struct corruption {
-    std::size_t offset;
-    std::uint32_t value;
-    std::size_t width;
-    std::string says;
-  };
-  const std::vector<corruption> corruptions = {
-      {16, 9, 1, "entries where layer"},                 // the header's count
-      {at + 4 * 9, 1000, 4, "indices must ascend"},      // the last index is n
-      {at + 4 * 1, 0, 4, "indices must ascend"},         // index 1 is 0, not above index 0
-      {at + 40, 0x7FC00000u, 4, "non-finite value"},     // value 0 is NaN
-      {7, 2, 1, "flagged non-finite carries 10"},        // the flag on a payload with entries
-      {32, 8, 1, "overruns the 8-byte body"},            // the body size
-  };
-  const std::size_t w = ranks();
-  for (const corruption& bad : corruptions) {
+  const auto input = [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); };
+  for (const bellows::test::corruption& bad : std::vector<bellows::test::corruption>{
+           {16, 9, 1, "entries where layer"},              // the header's count
+           {at + 4 * 9, 1000, 4, "indices must ascend"},   // the last index is n
+           {at + 4 * 1, 0, 4, "indices must ascend"},      // index 1 is 0, not above index 0
+           {at + 40, 0x7FC00000u, 4, "non-finite value"},  // value 0 is NaN
+           {7, 2, 1, "flagged non-finite carries 10"},     // the flag on a payload with entries
+           {32, 8, 1, "overruns the 8-byte body"},         // the body size
+       }) {
     CAPTURE(bad.offset);
-    std::atomic<std::size_t> right{0};
-    bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
-      bellows::cuda::executor exec(coll.stream());
-      bellows::topk<bellows::cuda::executor> q(c.params, exec);
-      auto st = q.make_state(layer_of(c));
-      bellows::test::device_array<float> g(gradient(c, 0, rank, w));
-      bool ok = q.reduce(st, g.span(), coll).status == step_status::ok;
-      const std::vector<float> e = bellows::test::memory_of(st.memory);
-      const std::vector<float> input = gradient(c, 1, rank, w);
-      bellows::test::device_array<float> g1(input);
-      bellows::test::corrupting lossy{coll, w - 1, bad.offset, bad.value, bad.width};
-      try {
-        (void)q.reduce(st, g1.span(), lossy);
-        ok = false;
-      } catch (const bellows::wire_error& err) {
-        const std::string says = err.what();
-        ok &= says.find("rank " + std::to_string(w - 1)) != std::string::npos;
-        ok &= says.find(bad.says) != std::string::npos;
-        if (!ok) MESSAGE(says);
-      }
-      ok &= st.step == 1 && bellows::test::same_bytes(bellows::test::memory_of(st.memory), e) &&
-            bellows::test::same_bytes(g1.host(), input);
-      if (ok) ++right;
-    });
-    CHECK(right == w);
+    bellows::test::check_malformed<bellows::topk>(c.params, layer_of(c), input, bad);
   }
 }
 
@@ -134,65 +103,14 @@ TEST_CASE("cuda topk: approximate mode, wrong states, streams and sizes are refu
   CHECK_THROWS_WITH_AS(bellows::topk<bellows::cuda::executor>({.mode = bellows::topk_mode::approximate}),
                        doctest::Contains("exact mode only"), bellows::error);
   const config c{200, {.ratio = 0.1}, false, false};
-  std::atomic<std::size_t> right{0};
-  bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
-    cudaStream_t other = nullptr;
-    BELLOWS_CUDA_CHECK(cudaStreamCreate(&other));
-    bool ok = true;
-    {
-      bellows::cuda::executor elsewhere(other), exec(coll.stream());
-      bellows::topk<bellows::cuda::executor> q(c.params, elsewhere), here(c.params, exec), fewer({.ratio = 0.05}, exec);
-      auto st = here.make_state(layer_of(c));
-      bellows::test::device_array<float> g(gradient(c, 0, rank, ranks())), short_g(199);
-      const auto refused = [&](auto&& call, const char* says) {
-        try {
-          call();
-          return false;
-        } catch (const bellows::error& err) {
-          return std::string(err.what()).find(says) != std::string::npos;
-        }
-      };
-      ok &= refused([&] { (void)q.reduce(st, g.span(), coll); }, "different streams");
-      ok &= refused([&] { (void)here.reduce(st, short_g.span(), coll); }, "the buffer 199");
-      ok &= refused([&] { (void)fewer.reduce(st, g.span(), coll); }, "the state keeps 20 elements");
-      ok &= st.step == 0 && here.reduce(st, g.span(), coll).status == step_status::ok && st.step == 1;
-    }
-    BELLOWS_CUDA_CHECK(cudaStreamDestroy(other));
-    if (ok) ++right;
-  });
-  CHECK(right == ranks());
+  bellows::test::check_refusals<bellows::topk>(
+      c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); },
+      bellows::topk_params{.ratio = 0.05}, "the state keeps 20 elements");
 }
 
 TEST_CASE("cuda topk: checkpoints cross backends") {
   if (!bellows::test::have_device()) return;
   const config c{300, {.ratio = 0.1}, false, false};
-  std::atomic<std::size_t> right{0};
-  bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
-    bellows::cuda::executor exec(coll.stream());
-    bellows::topk<bellows::cuda::executor> q(c.params, exec);
-    auto st = q.make_state(layer_of(c));
-    bellows::test::device_array<float> g(gradient(c, 0, rank, ranks()));
-    bool ok = q.reduce(st, g.span(), coll).status == step_status::ok;
-    const std::vector<float> e = bellows::test::memory_of(st.memory);
-    bellows::checkpoint_writer saved;
-    q.save(st, saved);
-    bellows::cpu::executor host(1);
-    bellows::topk<> on_host(c.params, host);
-    auto host_st = on_host.make_state(layer_of(c));
-    bellows::checkpoint_reader from_device(saved.bytes());
-    on_host.load(host_st, from_device);
-    ok &= host_st.step == 1 &&
-          bellows::test::same_bytes(std::vector<float>(host_st.memory.values().begin(), host_st.memory.values().end()), e);
-    host_st.memory.values()[5] = -1.5f;
-    bellows::checkpoint_writer from_host;
-    on_host.save(host_st, from_host);
-    auto fresh = q.make_state(layer_of(c));
-    bellows::checkpoint_reader back(from_host.bytes());
-    q.load(fresh, back);
-    std::vector<float> want = e;
-    want[5] = -1.5f;
-    ok &= fresh.step == 1 && bellows::test::same_bytes(bellows::test::memory_of(fresh.memory), want);
-    if (ok) ++right;
-  });
-  CHECK(right == ranks());
+  bellows::test::check_checkpoints<bellows::topk>(
+      c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });
 }
