@@ -108,6 +108,8 @@ targets = {
     "cuda_qsgd_step/n:67108864/bits:4/manual_time": "",
     "cuda_qsgd_step/n:67108864/bits:8/manual_time": "",
     "cuda_randk/n:67108864/k:671088/manual_time": "",
+    "cuda_randk_step/n:67108864/k:671088/manual_time": "",
+    "cuda_topk_step/n:67108864/k:671088/manual_time": "",
     "cuda_randk/n:67108864/k:33554432/iterations:2/manual_time": "",
 }
 for name, target in targets.items():

@@ -7,23 +7,7 @@
 #include <bellows/cuda/quantize.cuh>
 
 #include "cuda/device_floor.cuh"
-
-// Named, not anonymous: nvcc warns about the members of an anonymous class that nothing calls.
-namespace bellows::bench {
-
-/// One rank on the default stream: its payload is already in slot 0, so there is nothing to move.
-struct one_rank {
-  [[nodiscard]] std::size_t rank() const noexcept { return 0; }
-  [[nodiscard]] std::size_t size() const noexcept { return 1; }
-  [[nodiscard]] cudaStream_t stream() const noexcept { return nullptr; }
-  void allreduce_sum(std::span<float>) noexcept {}
-  void allgather(std::span<const std::byte>, bellows::gather_buffer&) {
-    bellows::detail::fail<bellows::error>("one_rank: the device step gathers slots only");
-  }
-  void allgather_slots(std::span<const std::byte>, std::span<std::byte>, std::size_t) noexcept {}
-};
-
-}  // namespace bellows::bench
+#include "cuda/one_rank.cuh"
 
 namespace {
 

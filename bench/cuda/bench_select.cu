@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// Exact top-k on the device at 2^26 floats: k = 1% and 0.1%, with and without error feedback
-// (g + e read, the residual written). x_floor counts device reads of the 2^26 input floats.
+// Exact top-k on the device at 2^26 floats: the selection at k = 1% and 0.1%, with and without
+// error feedback (g + e read, the residual written), and the whole step of topk<cuda::executor>
+// with error feedback on one rank (select, validate the payload, scatter the average, no
+// transport). x_floor counts device reads of the 2^26 input floats.
 #include <bellows/cuda/select.cuh>
+#include <bellows/cuda/topk.cuh>
 
 #include "cuda/device_floor.cuh"
+#include "cuda/one_rank.cuh"
 
 namespace {
 
@@ -33,8 +37,25 @@ void cuda_topk(benchmark::State& state) {
     BELLOWS_CUDA_CHECK(cudaFree(p));
 }
 
+void cuda_topk_step(benchmark::State& state) {
+  if (!bellows::bench::have_device(state)) return;
+  const auto n = static_cast<std::size_t>(state.range(0));
+  float* g = bellows::bench::device_normals(n, 3);
+  bellows::cuda::executor exec;
+  bellows::topk<bellows::cuda::executor> c({.k = state.range(1)}, exec);
+  auto st = c.make_state({0, "bench", bellows::shape{n}});
+  bellows::bench::one_rank coll;
+  bellows::bench::run_timed(state, g, n, [&] { (void)c.reduce(st, {g, n}, coll); });
+  BELLOWS_CUDA_CHECK(cudaFree(g));
+}
+
 }  // namespace
 
+BENCHMARK(cuda_topk_step)
+    ->ArgNames({"n", "k"})
+    ->Args({1 << 26, (1 << 26) / 100})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(cuda_topk)
     ->ArgNames({"n", "k", "feedback"})
     ->Args({1 << 26, (1 << 26) / 100, 0})

@@ -65,7 +65,8 @@ __global__ void check_payloads_kernel(const std::byte* slots, std::size_t slot, 
     unsigned bad = 0;
     if (j < want.count) {
       const float s = reinterpret_cast<const float*>(p + wire::header_bytes)[j];
-      if ((h.flags & wire::flag::non_finite) == 0 && (!(s >= 0.0f) || (__float_as_uint(s) & 0x7FFFFFFFu) >= 0x7F800000u))
+      const bool finite = (__float_as_uint(s) & 0x7FFFFFFFu) < 0x7F800000u;
+      if ((h.flags & wire::flag::non_finite) == 0 && !(s >= 0.0f && finite))
         bad = cuda::payload_malformed;
     } else {
       bool ok = h.magic == want.magic && h.version == want.version && h.codec == want.codec &&

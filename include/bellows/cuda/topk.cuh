@@ -156,7 +156,8 @@ public:
                     " elements, this compressor another number (make the state with it)");
     BELLOWS_EXPECTS(coll.stream() == exec_->stream(), name, ": layer '", st.layer.name,
                     "': the collective and the executor enqueue on different streams; give both the same one");
-    const reduce_result r = averages_densely(st, coll.size()) ? dense_step(st, inout, coll) : sparse_step(st, inout, coll);
+    const reduce_result r =
+        averages_densely(st, coll.size()) ? dense_step(st, inout, coll) : sparse_step(st, inout, coll);
     if (r.status == step_status::ok) {
       std::swap(st.memory, st.staged);
       ++st.step;
@@ -195,8 +196,12 @@ private:
     h.body_bytes = bytes - wire::header_bytes;
 
     std::byte* mine = slots.of(rank);
-    const auto index_of = [&](std::size_t r) { return reinterpret_cast<std::uint32_t*>(slots.of(r) + wire::header_bytes); };
-    const auto values_of = [&](std::size_t r) { return reinterpret_cast<float*>(slots.of(r) + wire::header_bytes + 4 * k); };
+    const auto index_of = [&](std::size_t r) {
+      return reinterpret_cast<std::uint32_t*>(slots.of(r) + wire::header_bytes);
+    };
+    const auto values_of = [&](std::size_t r) {
+      return reinterpret_cast<float*>(slots.of(r) + wire::header_bytes + 4 * k);
+    };
     cuda::select_workspace ws(st.plan, exec_->workspace());
     select_top(*exec_, st.plan, inout, st.memory.span(), st.staged.span(), ws,
                cpu::sparse_arrays<std::uint32_t>{{index_of(rank), k}, {values_of(rank), k}});
@@ -217,7 +222,8 @@ private:
     if (r.status != step_status::ok) return r;
     fill(*exec_, inout, 0.0f);
     for (std::size_t q = 0; q < ranks; ++q)
-      scatter_add(*exec_, inout, std::span<const std::uint32_t>(index_of(q), k), std::span<const float>(values_of(q), k));
+      scatter_add(*exec_, inout, std::span<const std::uint32_t>(index_of(q), k),
+                  std::span<const float>(values_of(q), k));
     if (ranks != 1) divide(*exec_, inout, static_cast<float>(ranks));
     return r;
   }
@@ -234,7 +240,8 @@ private:
     select_top(*exec_, st.plan, inout, st.memory.span(), st.staged.span(), ws,
                cpu::sparse_arrays<std::uint32_t>{{st.index.data(), k}, {st.values.data(), k}});
     fill(*exec_, sums, 0.0f);
-    scatter(*exec_, sums, std::span<const std::uint32_t>(st.index.data(), k), std::span<const float>(st.values.data(), k));
+    scatter(*exec_, sums, std::span<const std::uint32_t>(st.index.data(), k),
+            std::span<const float>(st.values.data(), k));
     flag_to_float(*exec_, ws.non_finite, st.dense.data() + n);
     coll.allreduce_sum(std::span<float>(st.dense.data(), n + 1));
     BELLOWS_CUDA_CHECK(cudaMemcpyAsync(&st.flag, st.dense.data() + n, sizeof(float), cudaMemcpyDeviceToHost, stream));
