@@ -104,7 +104,9 @@ void dot_row(const float* g, const float* e, const float* q, std::size_t ldq, st
     float x[lane_width];
     prefetch_lanes<Memory>(g + j, e + j);
     load_lanes<Memory>(g + j, e + j, x);
+#if !defined(__CUDACC__)  // nvcc's front end rejects GCC's pragmas (a .cu file may include this)
     _Pragma("GCC unroll 8")
+#endif
     for (std::size_t k = 0; k < K; ++k)
       for (std::size_t l = 0; l < lane_width; ++l) acc[k][l] += x[l] * q[k * ldq + j + l];
   }
