@@ -35,6 +35,7 @@
 #include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/launch.cuh"
+#include "bellows/cuda/layer_step.cuh"
 #include "bellows/cuda/payload_slots.cuh"
 #include "bellows/cuda/quantize.cuh"
 
@@ -133,11 +134,8 @@ public:
     detail::qsgd_format::check_layer(layer);
     state st;
     st.layer = layer;
-    if (params().feedback != feedback::none) {
-      st.memory = cuda::device_buffer<float>(layer.size());
-      st.compensated = cuda::device_buffer<float>(layer.size());
-      BELLOWS_CUDA_CHECK(cudaMemsetAsync(st.memory.data(), 0, layer.size() * sizeof(float), exec_->stream()));
-    }
+    st.memory = cuda::zero_memory(params().feedback, layer.size(), *exec_);
+    st.compensated = cuda::device_buffer<float>(st.memory.size());
     return st;
   }
 
@@ -146,9 +144,7 @@ public:
   /// the average and the memory's update are still running when it returns.
   template <DeviceCollective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    detail::qsgd_format::check_size(st.layer, inout.size());
-    BELLOWS_EXPECTS(coll.stream() == exec_->stream(), "qsgd: layer '", st.layer.name,
-                    "': the collective and the executor enqueue on different streams; give both the same one");
+    cuda::check_step("qsgd", st.layer, inout.size(), coll.stream(), *exec_);
     const std::size_t n = st.layer.size(), ranks = coll.size(), rank = coll.rank();
     const cpu::code_layout l = format_.layout(n);
     const std::size_t bytes = format_.payload_bytes(n), codes_at = format_.codes_offset(n);

@@ -33,6 +33,7 @@
 #include "bellows/cuda/checkpoint.cuh"
 #include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
+#include "bellows/cuda/layer_step.cuh"
 #include "bellows/cuda/sample.cuh"
 #include "bellows/cuda/sparse.cuh"
 
@@ -80,11 +81,8 @@ public:
     exec_->reserve(cuda::sample_workspace::bytes(st.plan));  // raises for layers of 2^32 elements or more
     st.index = cuda::device_buffer<std::uint32_t>(k);
     st.values = cuda::device_buffer<float>(k + 1);
-    if (params_.feedback != feedback::none) {
-      st.memory = cuda::device_buffer<float>(layer.size());
-      st.staged = cuda::device_buffer<float>(layer.size());
-      BELLOWS_CUDA_CHECK(cudaMemsetAsync(st.memory.data(), 0, layer.size() * sizeof(float), exec_->stream()));
-    }
+    st.memory = cuda::zero_memory(params_.feedback, layer.size(), *exec_);
+    st.staged = cuda::device_buffer<float>(st.memory.size());
     return st;
   }
 
@@ -92,14 +90,11 @@ public:
   /// collective enqueues on the executor's stream. Waits for that stream once, for the flag.
   template <DeviceCollective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    BELLOWS_EXPECTS(inout.size() == st.layer.size(), name, ": layer '", st.layer.name, "' of shape ",
-                    st.layer.shape.to_string(), " has ", st.layer.size(), " elements, the buffer ", inout.size());
+    cuda::check_step(name, st.layer, inout.size(), coll.stream(), *exec_);
     BELLOWS_EXPECTS(st.plan == cpu::plan_sample(st.layer.size(), detail::kept_count(name, st.layer, params_.ratio,
                                                                                        params_.k)),
                     name, ": layer '", st.layer.name, "': the state keeps ", st.plan.k,
                     " elements, this compressor another number (make the state with it)");
-    BELLOWS_EXPECTS(coll.stream() == exec_->stream(), name, ": layer '", st.layer.name,
-                    "': the collective and the executor enqueue on different streams; give both the same one");
     const std::size_t k = st.plan.k;
     const cudaStream_t stream = exec_->stream();
     const std::span<float> values(st.values.data(), k);

@@ -40,6 +40,7 @@
 #include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/launch.cuh"
+#include "bellows/cuda/layer_step.cuh"
 #include "bellows/cuda/payload_slots.cuh"
 #include "bellows/cuda/select.cuh"
 #include "bellows/cuda/sparse.cuh"
@@ -136,11 +137,8 @@ public:
     st.layer = layer;
     st.plan = cpu::plan_select(layer.size(), k, k);
     exec_->reserve(cuda::select_workspace::bytes(st.plan));
-    if (params_.feedback != feedback::none) {
-      st.memory = cuda::device_buffer<float>(layer.size());
-      st.staged = cuda::device_buffer<float>(layer.size());
-      BELLOWS_CUDA_CHECK(cudaMemsetAsync(st.memory.data(), 0, layer.size() * sizeof(float), exec_->stream()));
-    }
+    st.memory = cuda::zero_memory(params_.feedback, layer.size(), *exec_);
+    st.staged = cuda::device_buffer<float>(st.memory.size());
     return st;
   }
 
@@ -148,14 +146,10 @@ public:
   /// collective enqueues on the executor's stream. Waits for that stream once, for the verdicts.
   template <DeviceCollective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    const std::size_t n = st.layer.size();
-    BELLOWS_EXPECTS(inout.size() == n, name, ": layer '", st.layer.name, "' of shape ", st.layer.shape.to_string(),
-                    " has ", n, " elements, the buffer ", inout.size());
+    cuda::check_step(name, st.layer, inout.size(), coll.stream(), *exec_);
     BELLOWS_EXPECTS(st.plan.k == detail::kept_count(name, st.layer, params_.ratio, params_.k), name, ": layer '",
                     st.layer.name, "': the state keeps ", st.plan.k,
                     " elements, this compressor another number (make the state with it)");
-    BELLOWS_EXPECTS(coll.stream() == exec_->stream(), name, ": layer '", st.layer.name,
-                    "': the collective and the executor enqueue on different streams; give both the same one");
     const reduce_result r =
         averages_densely(st, coll.size()) ? dense_step(st, inout, coll) : sparse_step(st, inout, coll);
     if (r.status == step_status::ok) {
