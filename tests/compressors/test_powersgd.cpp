@@ -256,6 +256,32 @@ TEST_CASE("powersgd: save and load mid-run continue bit for bit") {
   }
 }
 
+TEST_CASE("powersgd: a record of an uncompressed layer loaded into a compressed state sizes its dense step") {
+  // The state holds the compressed workspace (n r' + 1 floats); the record says rank 0, and the
+  // compressor that then steps leaves the layer uncompressed, so the step needs n m + 1.
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  const bellows::layer_info layer{0, "fc", bellows::shape{64, 48}};
+  bellows::powersgd<> low({.rank = 2}, exec), dense({.rank = 2, .min_compression_rate = 1000.0f}, exec);
+  auto st = low.make_state(layer);
+  auto flat = dense.make_state(layer);
+  REQUIRE(st.compressed());
+  REQUIRE_FALSE(flat.compressed());
+  auto g = bellows::testing::normal_floats(layer.size(), 8);
+  REQUIRE(dense.reduce(flat, g, solo).status == bellows::step_status::ok);
+  bellows::checkpoint_writer w;
+  dense.save(flat, w);
+  bellows::checkpoint_reader rd(w.bytes());
+  low.load(st, rd);
+  CHECK_FALSE(st.compressed());
+  CHECK(st.step == 1);
+  CHECK(st.exchange.size() == layer.size() + 1);
+  auto x = bellows::testing::normal_floats(layer.size(), 9);
+  const auto want = x;  // one rank, no memory: the average is the gradient
+  CHECK(dense.reduce(st, x, solo).status == bellows::step_status::ok);
+  CHECK(same_bits(x, want));
+}
+
 TEST_CASE("powersgd: all-zero gradients give zeros, never NaN, and the query recovers afterwards") {
   bellows::cpu::executor exec(1);
   for (float eps : {0.0f, 1e-8f}) {

@@ -26,11 +26,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <span>
 #include <utility>
 #include <vector>
 
+#include "bellows/compressors/detail/powersgd_rules.hpp"
 #include "bellows/compressors/powersgd_types.hpp"
 #include "bellows/concepts.hpp"
 #include "bellows/core/checked.hpp"
@@ -68,26 +68,14 @@ public:
 
   explicit powersgd(const powersgd_params& params = {}, Exec& exec = Exec::shared())
       : params_(params), exec_(&exec) {
-    BELLOWS_EXPECTS(params.rank >= 1, "powersgd: rank must be >= 1, got ", params.rank);
-    BELLOWS_EXPECTS(params.min_compression_rate > 0.0f &&
-                        params.min_compression_rate <= std::numeric_limits<float>::max(),
-                    "powersgd: min_compression_rate must be a finite number > 0, got ",
-                    params.min_compression_rate);
-    BELLOWS_EXPECTS(params.orthogonalization_eps >= 0.0f &&
-                        params.orthogonalization_eps <= std::numeric_limits<float>::max(),
-                    "powersgd: orthogonalization_eps must be a finite number >= 0, got ",
-                    params.orthogonalization_eps);
+    detail::check_powersgd_params(params);
   }
 
   [[nodiscard]] const powersgd_params& params() const noexcept { return params_; }
 
   /// r' for a layer at rank r, or 0 when the layer is not worth compressing at that rank.
   [[nodiscard]] std::size_t effective_rank(const layer_info& layer, std::size_t rank) const noexcept {
-    if (layer.shape.rank() < 2 || rank == 0) return 0;
-    const std::size_t n = layer.shape.rows(), m = layer.shape.cols();
-    const std::size_t r = std::min({rank, n, m});
-    const double compressed = static_cast<double>(n + m) * static_cast<double>(r) * params_.min_compression_rate;
-    return compressed < static_cast<double>(n) * static_cast<double>(m) ? r : 0;
+    return detail::powersgd_effective_rank(params_, layer, rank);
   }
 
   [[nodiscard]] state make_state(const layer_info& layer) const {
@@ -132,39 +120,26 @@ public:
 
   /// Appends what a layer carries from step to step: r', step, e (if any) and Q.
   void save(const state& st, checkpoint_writer& out) const {
-    out.put<std::uint64_t>(st.rank);
-    out.put(st.step);
-    out.put<std::uint8_t>(st.memory.values().empty() ? 0 : 1);
-    out.put_array(st.memory.values());
-    out.put<std::uint64_t>(st.cols == 0 ? 0 : st.query.size() / st.cols);
-    out.put_array(std::span<const float>(st.query));
+    detail::write_powersgd_record(out, st.rank, st.step, st.memory.values(), st.query, st.cols);
   }
 
   /// Reads what save wrote for the same layer. All of it is checked (ranks within the layer's,
   /// array sizes) before the state changes; a mismatch raises bellows::wire_error.
   void load(state& st, checkpoint_reader& in) const {
+    detail::powersgd_record rec = detail::read_powersgd_record(st.layer, in);
     state next = st;
-    const auto rank = in.get<std::uint64_t>("powersgd rank");
-    next.step = in.get<std::uint64_t>("powersgd step");
-    const auto has_memory = in.get<std::uint8_t>("powersgd memory flag");
-    const std::size_t most = st.layer.shape.rank() < 2 ? 0 : std::min(st.rows, st.cols);
-    if (rank > most || has_memory > 1)
-      detail::fail<wire_error>("powersgd: layer '", st.layer.name, "' of shape ",
-                               st.layer.shape.to_string(), ": checkpoint rank ", rank,
-                               " (at most ", most, "), memory flag ", unsigned{has_memory});
-    if (has_memory != 0 && next.memory.values().empty())
-      next.memory = error_memory(params_.feedback == feedback::none ? feedback::residual : params_.feedback,
-                                 st.layer.size());
-    if (has_memory == 0) next.memory = error_memory();
-    in.get_finite_array(next.memory.values(), "powersgd error memory");
-    const auto columns = in.get<std::uint64_t>("powersgd query columns");
-    if (columns > most || columns < rank)
-      detail::fail<wire_error>("powersgd: layer '", st.layer.name, "': checkpoint query of ", columns,
-                               " columns for rank ", rank);
-    next.query.assign(static_cast<std::size_t>(columns) * st.cols, 0.0f);
-    in.get_finite_array(std::span<float>(next.query), "powersgd query");
+    next.step = rec.step;
+    if (rec.memory.empty()) {
+      next.memory = error_memory();
+    } else {
+      if (next.memory.values().empty())
+        next.memory = error_memory(params_.feedback == feedback::none ? feedback::residual : params_.feedback,
+                                   st.layer.size());
+      std::ranges::copy(rec.memory, next.memory.values().begin());
+    }
+    next.query = std::move(rec.query);
     next.rank = 0;
-    if (rank != 0) resize(next, static_cast<std::size_t>(rank));
+    resize(next, static_cast<std::size_t>(rec.rank));  // a record of rank 0 sizes the dense buffer too
     st = std::move(next);
   }
 
@@ -178,11 +153,7 @@ private:
       st.exchange.assign(detail::checked_add(st.layer.size(), 1, "powersgd: layer '", st.layer.name, "'"), 0.0f);
       return;
     }
-    // The sizes below and the traffic (n + m) r' of a step: r' <= min(n, m) keeps n r' and m r'
-    // within n m (the layer's checked size), but not (n + m) r' + 1.
-    (void)detail::checked_add(detail::checked_mul(detail::checked_add(n, m, "powersgd: layer '", st.layer.name, "'"), r,
-                                                  "powersgd: layer '", st.layer.name, "' at rank ", r),
-                              1, "powersgd: layer '", st.layer.name, "'");
+    detail::check_powersgd_sizes(st.layer, r);
     if (st.memory.values().empty() && params_.feedback != feedback::none)
       st.memory = error_memory(params_.feedback, n * m);
     const std::size_t held = st.query.size() / m;

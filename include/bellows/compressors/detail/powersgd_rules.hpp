@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+// What PowerSGD is on every backend: its checked parameters, the effective rank of a layer, the
+// sizes a rank must keep within, and the checkpoint record with its complete validation. The
+// CPU compressor (compressors/powersgd.hpp) and the device one (cuda/powersgd.cuh) both build on it.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "bellows/compressors/powersgd_types.hpp"
+#include "bellows/core/checked.hpp"
+#include "bellows/core/checkpoint.hpp"
+#include "bellows/core/error.hpp"
+#include "bellows/core/shape.hpp"
+
+namespace bellows::detail {
+
+/// Raises bellows::error for a rank below 1, a min_compression_rate that is not a finite number
+/// > 0, or an orthogonalization_eps that is not a finite number >= 0.
+inline void check_powersgd_params(const powersgd_params& params) {
+  BELLOWS_EXPECTS(params.rank >= 1, "powersgd: rank must be >= 1, got ", params.rank);
+  BELLOWS_EXPECTS(params.min_compression_rate > 0.0f &&
+                      params.min_compression_rate <= std::numeric_limits<float>::max(),
+                  "powersgd: min_compression_rate must be a finite number > 0, got ", params.min_compression_rate);
+  BELLOWS_EXPECTS(params.orthogonalization_eps >= 0.0f &&
+                      params.orthogonalization_eps <= std::numeric_limits<float>::max(),
+                  "powersgd: orthogonalization_eps must be a finite number >= 0, got ",
+                  params.orthogonalization_eps);
+}
+
+/// r' for a layer at rank r, or 0 when the layer is not worth compressing at that rank:
+/// (n + m) r' min_compression_rate >= n m, or a layer of fewer than two dimensions.
+[[nodiscard]] inline std::size_t powersgd_effective_rank(const powersgd_params& params, const layer_info& layer,
+                                                         std::size_t rank) noexcept {
+  if (layer.shape.rank() < 2 || rank == 0) return 0;
+  const std::size_t n = layer.shape.rows(), m = layer.shape.cols();
+  const std::size_t r = std::min({rank, n, m});
+  const double compressed = static_cast<double>(n + m) * static_cast<double>(r) * params.min_compression_rate;
+  return compressed < static_cast<double>(n) * static_cast<double>(m) ? r : 0;
+}
+
+/// Raises bellows::error when (n + m) r' + 1, the traffic of a step, does not fit std::size_t
+/// (r' <= min(n, m) keeps n r' and m r' within n m, the layer's checked size, but not that).
+inline void check_powersgd_sizes(const layer_info& layer, std::size_t r) {
+  const std::size_t n = layer.shape.rows(), m = layer.shape.cols();
+  (void)checked_add(checked_mul(checked_add(n, m, "powersgd: layer '", layer.name, "'"), r, "powersgd: layer '",
+                                layer.name, "' at rank ", r),
+                    1, "powersgd: layer '", layer.name, "'");
+}
+
+/// What a layer carries from step to step, as a checkpoint holds it: r', the step counter, e
+/// (empty without a memory) and the columns of Q held (m x columns, column-major).
+struct powersgd_record {
+  std::uint64_t rank = 0;
+  std::uint64_t step = 0;
+  std::vector<float> memory;
+  std::vector<float> query;
+};
+
+inline void write_powersgd_record(checkpoint_writer& out, std::uint64_t rank, std::uint64_t step,
+                                  std::span<const float> memory, std::span<const float> query, std::size_t cols) {
+  out.put<std::uint64_t>(rank);
+  out.put(step);
+  out.put<std::uint8_t>(memory.empty() ? 0 : 1);
+  out.put_array(memory);
+  out.put<std::uint64_t>(cols == 0 ? 0 : query.size() / cols);
+  out.put_array(query);
+}
+
+/// Reads a record written for `layer` and checks all of it (ranks within the layer's, array
+/// sizes, finite values), raising bellows::wire_error naming the layer and the field.
+[[nodiscard]] inline powersgd_record read_powersgd_record(const layer_info& layer, checkpoint_reader& in) {
+  powersgd_record rec;
+  rec.rank = in.get<std::uint64_t>("powersgd rank");
+  rec.step = in.get<std::uint64_t>("powersgd step");
+  const auto has_memory = in.get<std::uint8_t>("powersgd memory flag");
+  const std::size_t cols = layer.shape.rank() < 2 ? 0 : layer.shape.cols();
+  const std::size_t most = layer.shape.rank() < 2 ? 0 : std::min(layer.shape.rows(), cols);
+  if (rec.rank > most || has_memory > 1)
+    fail<wire_error>("powersgd: layer '", layer.name, "' of shape ", layer.shape.to_string(), ": checkpoint rank ",
+                     rec.rank, " (at most ", most, "), memory flag ", unsigned{has_memory});
+  rec.memory.resize(has_memory != 0 ? layer.size() : 0);
+  in.get_finite_array(std::span<float>(rec.memory), "powersgd error memory");
+  const auto columns = in.get<std::uint64_t>("powersgd query columns");
+  if (columns > most || columns < rec.rank)
+    fail<wire_error>("powersgd: layer '", layer.name, "': checkpoint query of ", columns, " columns for rank ",
+                     rec.rank);
+  rec.query.resize(static_cast<std::size_t>(columns) * cols);
+  in.get_finite_array(std::span<float>(rec.query), "powersgd query");
+  return rec;
+}
+
+}  // namespace bellows::detail
