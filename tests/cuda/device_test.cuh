@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +27,19 @@ inline bool have_device() {
 template <class T>
 bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+/// The device's draw of normals against the CPU's: the same bits where both use one libm (the
+/// emulation), else within a float ulp or so (tests/cuda/test_philox.cu).
+inline bool same_draw(const std::vector<float>& got, const std::vector<float>& want) {
+#if defined(__CUDACC__)
+  if (got.size() != want.size()) return false;
+  for (std::size_t t = 0; t < got.size(); ++t)
+    if (!(std::abs(got[t] - want[t]) <= 1e-6f * (1 + std::abs(want[t])))) return false;
+  return true;
+#else
+  return bellows::test::same_bytes(got, want);
+#endif
 }
 
 /// A device array of T that owns its memory.

@@ -3,7 +3,7 @@
 // powersgd<cpu::executor> over the local collective with the same ranks and inputs: statuses,
 // traffic, step counters and layers averaged dense bit for bit, NaN and overflowing steps
 // included; compressed layers within a bound on the products' rounding (below); rank changes;
-// the device's normals against the CPU's; what it refuses; checkpoints that cross backends.
+// what it refuses; checkpoints that cross backends.
 //
 // Tolerance of compressed layers. Both backends run the same algorithm; only the order of the
 // sums in P = M Q and Q = M^T P (and in the allreduces) differs. An entry of either product is
@@ -22,14 +22,10 @@
 // sum's matrices of every step (rebuilt in double from the CPU's outputs). It is a worst-case
 // bound: the differences seen are at most some 10^-3 of it. A wrong step (no division by W, an old
 // query, a skipped vote) is wrong by a good fraction of ||M||_F, a hundred times the bound or more.
-//
-// cuda/powersgd.cuh brings cpu/skinny_gemm.hpp (with nvcc's note on its GCC loop hints silenced),
-// so it is included first.
-#include <bellows/cuda/powersgd.cuh>
 #include <bellows/collectives/local.hpp>
 #include <bellows/collectives/nccl.cuh>
 #include <bellows/compressors/powersgd.hpp>
-#include <bellows/cpu/normals.hpp>
+#include <bellows/cuda/powersgd.cuh>
 
 #include <doctest/doctest.h>
 
@@ -228,19 +224,6 @@ void check_close(const run_result& got, const run_result& want, double tol) {
   }
 }
 
-/// The device's draw of normals against the CPU's: the same bits where both use one libm (the
-/// emulation), else within a float ulp or so (tests/cuda/test_philox.cu).
-bool same_draw(const std::vector<float>& got, const std::vector<float>& want) {
-#if defined(__CUDACC__)
-  if (got.size() != want.size()) return false;
-  for (std::size_t t = 0; t < got.size(); ++t)
-    if (!(std::abs(got[t] - want[t]) <= 1e-6f * (1 + std::abs(want[t])))) return false;
-  return true;
-#else
-  return bellows::test::same_bytes(got, want);
-#endif
-}
-
 /// The output of each step that ran is identical across ranks.
 void check_ranks_agree(const run_result& got) {
   for (std::size_t r = 1; r < got.traces.size(); ++r)
@@ -252,31 +235,6 @@ void check_ranks_agree(const run_result& got) {
 }  // namespace powersgd_test
 
 using namespace powersgd_test;
-
-TEST_CASE("cuda fill_normals: the CPU's normals from any point of the stream") {
-  if (!bellows::test::have_device()) return;
-  bellows::cuda::executor dev;
-  bellows::cpu::executor host(1);
-  const bellows::philox::stream s{0x1234'5678'9abcULL, 7, 3, bellows::philox::stream::shared};
-  for (const std::uint64_t first : {0u, 1u, 6u, 1001u}) {
-    for (const std::size_t count : {1u, 2u, 5u, 4099u}) {
-      CAPTURE(first);
-      CAPTURE(count);
-      std::vector<float> want(count);
-      bellows::cpu::fill_normals(host, want, s, first);
-      bellows::test::device_array<float> d(std::vector<float>(count + 2, -9.0f));
-      bellows::cuda::fill_normals(dev, d.span().subspan(1, count), s, first);
-      std::vector<float> got = d.host();
-      CHECK(got.front() == -9.0f);  // nothing written outside
-      CHECK(got.back() == -9.0f);
-      got = std::vector<float>(got.begin() + 1, got.end() - 1);
-      CHECK(same_draw(got, want));
-    }
-  }
-  bellows::test::device_array<float> d(4);
-  CHECK_THROWS_WITH_AS(bellows::cuda::fill_normals(dev, d.span(), s, bellows::philox::stream::max_words / 2 - 2),
-                       doctest::Contains("overrun the stream"), bellows::error);
-}
 
 TEST_CASE("cuda powersgd: statuses, traffic, steps exact; dense layers bit for bit; the rest within the bound") {
   if (!bellows::test::have_device()) return;
@@ -333,7 +291,7 @@ TEST_CASE("cuda powersgd: a step whose finite input overflows the summed factors
     CHECK(bellows::test::same_bytes(got.traces[r].out[0], gradient(c, 0, r)));
     CHECK(got.traces[r].step == 0);
     CHECK(bellows::test::same_bytes(got.traces[r].memory, std::vector<float>(c.shape.size(), 0.0f)));
-    CHECK(same_draw(got.query[r], want.query[r]));  // the first draw, untouched
+    CHECK(bellows::test::same_draw(got.query[r], want.query[r]));  // the first draw, untouched
   }
 }
 
@@ -373,7 +331,7 @@ TEST_CASE("cuda powersgd: rank changes keep the memory and the shared columns of
   auto st = ps.make_state(layer_of(c));
   auto host_st = on_host.make_state(layer_of(c));
   const std::vector<float> first = bellows::test::memory_of(st.query);
-  CHECK(same_draw(first, host_st.query));
+  CHECK(bellows::test::same_draw(first, host_st.query));
   ps.set_rank(st, 1);
   on_host.set_rank(host_st, 1);
   CHECK(bellows::test::same_bytes(bellows::test::memory_of(st.query), std::vector<float>(first.begin(), first.begin() + 48)));
@@ -381,7 +339,7 @@ TEST_CASE("cuda powersgd: rank changes keep the memory and the shared columns of
   on_host.set_rank(host_st, 4);
   const std::vector<float> four = bellows::test::memory_of(st.query);
   CHECK(st.rank == 4);
-  CHECK(same_draw(four, host_st.query));
+  CHECK(bellows::test::same_draw(four, host_st.query));
   CHECK(bellows::test::same_bytes(std::vector<float>(four.begin(), four.begin() + 48),
                                   std::vector<float>(first.begin(), first.begin() + 48)));
   ps.set_rank(st, 30);

@@ -17,10 +17,8 @@
 // A layer averaged dense: m = g (+ e) with its check in one pass -> the verdict appended ->
 //   allreduce of n + 1 floats -> the verdict copied back: the one wait -> g = sums / W, e = 0.
 //
-// The query's normals come from cuda::fill_normals below, the device form of cpu::fill_normals:
-// the same Philox words and the same double-precision Box-Muller, so the two agree but where the
-// device's libm rounds log, sin or cos differently in the last bit of a double (then one float
-// apart at most). Rank changes (set_rank, or a compressor of another rank) reallocate, as on
+// The query's normals come from cuda::fill_normals (cuda/normals.cuh), the device form of
+// cpu::fill_normals. Rank changes (set_rank, or a compressor of another rank) reallocate, as on
 // the CPU: not for the steady state.
 #pragma once
 
@@ -29,14 +27,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <span>
 #include <utility>
 #include <vector>
 
-// First: cuda/skinny_gemm.cuh brings cpu/skinny_gemm.hpp (which compressors/powersgd.hpp
-// includes too) with nvcc's note on its GCC loop hints silenced.
-#include "bellows/cuda/skinny_gemm.cuh"
+#include "bellows/compressors/detail/powersgd_rules.hpp"
 #include "bellows/compressors/powersgd.hpp"
 #include "bellows/concepts.hpp"
 #include "bellows/core/checked.hpp"
@@ -51,29 +46,13 @@
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/gram_schmidt.cuh"
 #include "bellows/cuda/launch.cuh"
+#include "bellows/cuda/layer_step.cuh"
+#include "bellows/cuda/normals.cuh"
+#include "bellows/cuda/skinny_gemm.cuh"
 
 namespace bellows::cuda {
 
 namespace detail {
-
-/// Normal numbers first .. first + count - 1 of stream s into out, as cpu::fill_normals numbers
-/// them (number i is the first (i even) or second (i odd) of the pair from words 2 (i / 2) and
-/// 2 (i / 2) + 1); thread `thread` of `threads` takes every threads-th pair.
-__device__ inline void normals_range(float* out, std::size_t count, const philox::stream& s, std::uint64_t first,
-                                     std::uint64_t thread, std::uint64_t threads) {
-  const std::uint64_t end = first + count;
-  for (std::uint64_t pair = first / 2 + thread; 2 * pair < end; pair += threads) {
-    const std::uint64_t i = 2 * pair;
-    const philox::normal_pair z = philox::to_normals(s.word(i), s.word(i + 1));
-    if (i >= first) out[i - first] = z.first;
-    if (i + 1 < end) out[i + 1 - first] = z.second;
-  }
-}
-
-__global__ void normals_kernel(float* out, std::size_t count, philox::stream s, std::uint64_t first) {
-  normals_range(out, count, s, first, blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x,
-                std::uint64_t{gridDim.x} * blockDim.x);
-}
 
 /// Block j copies column j (m floats) of the previous query into the next one and, when all of
 /// it is zero, draws it instead: normals j m .. j m + m - 1 of stream s, as the first draw did.
@@ -95,16 +74,6 @@ __global__ void vote_kernel(const float* vote, unsigned* flag) {
 }
 
 }  // namespace detail
-
-/// cpu::fill_normals on the device: out[t] = normal number first + t of stream s (see the
-/// file's comment for how closely the two agree). One launch on the executor's stream.
-inline void fill_normals(executor& exec, std::span<float> out, const philox::stream& s, std::uint64_t first) {
-  BELLOWS_EXPECTS(2 * (first + out.size()) <= philox::stream::max_words, "cuda::fill_normals: normals ", first,
-                  " .. ", first + out.size(), " overrun the stream");
-  if (out.empty()) return;
-  detail::launch(&detail::normals_kernel, detail::stride_blocks(out.size() / 2 + 1), detail::elementwise_threads,
-                 exec.stream(), out.data(), out.size(), s, first);
-}
 
 }  // namespace bellows::cuda
 
@@ -136,26 +105,14 @@ public:
 
   explicit powersgd(const powersgd_params& params = {}, cuda::executor& exec = cuda::executor::shared())
       : params_(params), exec_(&exec) {
-    BELLOWS_EXPECTS(params.rank >= 1, "powersgd: rank must be >= 1, got ", params.rank);
-    BELLOWS_EXPECTS(params.min_compression_rate > 0.0f &&
-                        params.min_compression_rate <= std::numeric_limits<float>::max(),
-                    "powersgd: min_compression_rate must be a finite number > 0, got ",
-                    params.min_compression_rate);
-    BELLOWS_EXPECTS(params.orthogonalization_eps >= 0.0f &&
-                        params.orthogonalization_eps <= std::numeric_limits<float>::max(),
-                    "powersgd: orthogonalization_eps must be a finite number >= 0, got ",
-                    params.orthogonalization_eps);
+    detail::check_powersgd_params(params);
   }
 
   [[nodiscard]] const powersgd_params& params() const noexcept { return params_; }
 
   /// r' for a layer at rank r, or 0 when the layer is not worth compressing (as on the CPU).
   [[nodiscard]] std::size_t effective_rank(const layer_info& layer, std::size_t rank) const noexcept {
-    if (layer.shape.rank() < 2 || rank == 0) return 0;
-    const std::size_t n = layer.shape.rows(), m = layer.shape.cols();
-    const std::size_t r = std::min({rank, n, m});
-    const double compressed = static_cast<double>(n + m) * static_cast<double>(r) * params_.min_compression_rate;
-    return compressed < static_cast<double>(n) * static_cast<double>(m) ? r : 0;
+    return detail::powersgd_effective_rank(params_, layer, rank);
   }
 
   /// Sizes the state in device memory (the query drawn on the device) and reserves the
@@ -184,10 +141,7 @@ public:
   /// another r' than the state's, as the CPU does.
   template <DeviceCollective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    BELLOWS_EXPECTS(inout.size() == st.layer.size(), name, ": layer '", st.layer.name, "' of shape ",
-                    st.layer.shape.to_string(), " has ", st.layer.size(), " elements, the buffer ", inout.size());
-    BELLOWS_EXPECTS(coll.stream() == exec_->stream(), name, ": layer '", st.layer.name,
-                    "': the collective and the executor enqueue on different streams; give both the same one");
+    cuda::check_step(name, st.layer, inout.size(), coll.stream(), *exec_);
     if (const std::size_t r = effective_rank(st.layer, params_.rank); r != st.rank) resize(st, r);
     return st.compressed() ? reduce_low_rank(st, inout, coll) : reduce_dense(st, inout, coll);
   }
@@ -206,39 +160,18 @@ public:
   /// wrote. Waits for the executor's stream.
   void save(const state& st, checkpoint_writer& out) const {
     const std::vector<float> e = to_host(st.memory), q = to_host(st.query);
-    out.put<std::uint64_t>(st.rank);
-    out.put(st.step);
-    out.put<std::uint8_t>(e.empty() ? 0 : 1);
-    out.put_array(std::span<const float>(e));
-    out.put<std::uint64_t>(st.cols == 0 ? 0 : q.size() / st.cols);
-    out.put_array(std::span<const float>(q));
+    detail::write_powersgd_record(out, st.rank, st.step, e, q, st.cols);
   }
 
   /// Reads what save (or the CPU's save) wrote for the same layer, checking all of it as the
   /// CPU does (raising bellows::wire_error) before the state changes. Waits for the stream.
   void load(state& st, checkpoint_reader& in) const {
-    const auto rank = in.get<std::uint64_t>("powersgd rank");
-    const auto step = in.get<std::uint64_t>("powersgd step");
-    const auto has_memory = in.get<std::uint8_t>("powersgd memory flag");
-    const std::size_t most = st.layer.shape.rank() < 2 ? 0 : std::min(st.rows, st.cols);
-    if (rank > most || has_memory > 1)
-      detail::fail<wire_error>("powersgd: layer '", st.layer.name, "' of shape ", st.layer.shape.to_string(),
-                               ": checkpoint rank ", rank, " (at most ", most, "), memory flag ",
-                               unsigned{has_memory});
-    std::vector<float> e(has_memory != 0 ? st.layer.size() : 0);
-    in.get_finite_array(std::span<float>(e), "powersgd error memory");
-    const auto columns = in.get<std::uint64_t>("powersgd query columns");
-    if (columns > most || columns < rank)
-      detail::fail<wire_error>("powersgd: layer '", st.layer.name, "': checkpoint query of ", columns,
-                               " columns for rank ", rank);
-    std::vector<float> q(static_cast<std::size_t>(columns) * st.cols);
-    in.get_finite_array(std::span<float>(q), "powersgd query");
-
-    st.memory = to_device(e);  // to_device waits for the stream: the buffers replaced are idle
-    st.query = to_device(q);
-    st.step = step;
+    const detail::powersgd_record rec = detail::read_powersgd_record(st.layer, in);
+    st.memory = to_device(rec.memory);  // to_device waits for the stream: the buffers replaced are idle
+    st.query = to_device(rec.query);
+    st.step = rec.step;
     st.rank = 0;
-    resize(st, static_cast<std::size_t>(rank));
+    resize(st, static_cast<std::size_t>(rec.rank));
   }
 
 private:
@@ -256,17 +189,11 @@ private:
       st.exchange = std::move(exchange);
       return;
     }
-    // as on the CPU: r' <= min(n, m) keeps n r' and m r' within n m, but not (n + m) r' + 1
-    (void)detail::checked_add(detail::checked_mul(detail::checked_add(n, m, "powersgd: layer '", st.layer.name, "'"), r,
-                                                  "powersgd: layer '", st.layer.name, "' at rank ", r),
-                              1, "powersgd: layer '", st.layer.name, "'");
+    detail::check_powersgd_sizes(st.layer, r);
     // every column of the query may be drawn again (warm start's redraw), so all must be in the stream
     BELLOWS_EXPECTS(2 * m * r <= philox::stream::max_words, "powersgd: layer '", st.layer.name, "': a query of ",
                     m * r, " floats overruns the random stream");
-    if (st.memory.size() == 0 && params_.feedback != feedback::none) {
-      st.memory = cuda::device_buffer<float>(n * m);
-      BELLOWS_CUDA_CHECK(cudaMemsetAsync(st.memory.data(), 0, n * m * sizeof(float), stream));
-    }
+    if (st.memory.size() == 0) st.memory = cuda::zero_memory(params_.feedback, n * m, *exec_);
     const std::size_t held = st.query.size() / m;
     cuda::device_buffer<float> query;
     if (held != r) {
