@@ -123,8 +123,8 @@ else:
     rows.append((f"torch {torch['torch']} topk(abs) {torch['topk_abs_ms']:.3f} ms, topk {torch['topk_only_ms']:.3f} ms",
                  f"{torch['topk_abs_ms'] / ours[0]:.2f}x (abs+topk), {torch['topk_only_ms'] / ours[0]:.2f}x (topk)", ">= 2x"))
 # PowerSGD: x_floor beside the step's 8 streams of n m floats (bench/cuda/bench_powersgd.cu counts them).
-for rank in (1, 2, 4):
-    name = f"cuda_powersgd_step/n:8192/rank:{rank}/manual_time"
+for name, rank in [(f"cuda_powersgd_step/n:8192/rank:{r}/manual_time", r) for r in (1, 2, 4)] + \
+        [(f"cuda_powersgd_compressor_step/n:8192/rank:{r}/manual_time", r) for r in (1, 4)]:
     b = bench.get(name)
     result = "missing" if b is None or "x_streams" not in b else \
         f"{b['real_time']:.3f} ms, {b['x_floor']:.2f} x_floor = {b['x_streams']:.2f}x its {b['streams']:.0f} streams"

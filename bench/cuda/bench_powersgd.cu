@@ -15,12 +15,25 @@
 //
 // The step leaves M = g + e unchanged (g becomes P Q^T, e the rest), so every iteration
 // computes on the same matrix, with Q warm-started from the iteration before.
-#include <bellows/cuda/skinny_gemm.cuh>
+//
+// cuda_powersgd_compressor_step times the same step as powersgd<cuda::executor> takes it on one
+// rank (bench/cuda/one_rank.cuh): the kernels above plus the query's copy, the finiteness checks
+// of P and Q and the two waits for their verdicts. Same streams.
 #include <bellows/cuda/gram_schmidt.cuh>
+#include <bellows/cuda/powersgd.cuh>
+#include <bellows/cuda/skinny_gemm.cuh>
 
 #include "cuda/device_floor.cuh"
+#include "cuda/one_rank.cuh"
 
 namespace {
+
+/// The step's 8 streams beside x_floor (see above).
+void count_streams(benchmark::State& state) {
+  constexpr double streams = 8;
+  state.counters["streams"] = streams;
+  state.counters["x_streams"] = state.counters["x_floor"].value / streams;
+}
 
 void cuda_powersgd_step(benchmark::State& state) {
   if (!bellows::bench::have_device(state)) return;
@@ -40,13 +53,26 @@ void cuda_powersgd_step(benchmark::State& state) {
     bellows::cuda::project_cols(exec, M, {p, n * r}, {q, n * r});
     bellows::cuda::reconstruct_update(exec, {g, n * n}, {e, n * n}, n, n, {p, n * r}, {q, n * r});
   });
-  constexpr double streams = 8;
-  state.counters["streams"] = streams;
-  state.counters["x_streams"] = state.counters["x_floor"].value / streams;
+  count_streams(state);
   for (float* x : {g, e, q, p}) (void)cudaFree(x);
+}
+
+void cuda_powersgd_compressor_step(benchmark::State& state) {
+  if (!bellows::bench::have_device(state)) return;
+  const auto n = static_cast<std::size_t>(state.range(0));
+  float* g = bellows::bench::device_normals(n * n, 1);
+  bellows::cuda::executor exec;
+  bellows::powersgd<bellows::cuda::executor> c({.rank = static_cast<std::size_t>(state.range(1))}, exec);
+  auto st = c.make_state({0, "bench", bellows::shape{n, n}});
+  bellows::bench::one_rank coll;
+  bellows::bench::run_timed(state, g, n * n, [&] { (void)c.reduce(st, {g, n * n}, coll); });
+  count_streams(state);
+  (void)cudaFree(g);
 }
 
 }  // namespace
 
 BENCHMARK(cuda_powersgd_step)->ArgNames({"n", "rank"})->Args({8192, 1})->Args({8192, 2})->Args({8192, 4})
+    ->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(cuda_powersgd_compressor_step)->ArgNames({"n", "rank"})->Args({8192, 1})->Args({8192, 4})
     ->UseManualTime()->Unit(benchmark::kMillisecond);
