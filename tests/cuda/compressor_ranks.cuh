@@ -16,6 +16,7 @@
 #include <bellows/cpu/executor.hpp>
 #include <bellows/cuda/buffer.cuh>
 #include <bellows/cuda/executor.cuh>
+#include <bellows/feedback/error_feedback.hpp>
 
 #include <doctest/doctest.h>
 
@@ -186,7 +187,8 @@ void check_malformed(const Params& params, const layer_info& layer, Input input,
 }
 
 /// What every device compressor refuses before it enqueues anything: a collective on another
-/// stream than its executor's, a buffer of another size than the layer's, and (when `other` is
+/// stream than its executor's, a buffer of another size than the layer's, a state made with an
+/// error memory by a compressor without one (params must have a memory), and (when `other` is
 /// given) a state made by a compressor that keeps another number of elements, whose message
 /// holds `other_says`. A good step follows.
 template <template <class> class C, class Params, class Input>
@@ -204,6 +206,10 @@ void check_refusals(const Params& params, const layer_info& layer, Input input,
       ok &= raises<error>([&] { (void)wrong_stream.reduce(st, g.span(), coll); }, "different streams");
       ok &= raises<error>([&] { (void)c.reduce(st, short_g.span(), coll); },
                           "the buffer " + std::to_string(layer.size() - 1));
+      Params without = params;
+      without.feedback = feedback::none;
+      C<cuda::executor> memoryless(without, exec);
+      ok &= raises<error>([&] { (void)memoryless.reduce(st, g.span(), coll); }, "made with an error memory");
       if (other) {
         C<cuda::executor> keeps_other(*other, exec);
         ok &= raises<error>([&] { (void)keeps_other.reduce(st, g.span(), coll); }, other_says);

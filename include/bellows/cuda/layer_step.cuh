@@ -28,6 +28,15 @@ inline void check_step(std::string_view who, const layer_info& layer, std::size_
                   "': the collective and the executor enqueue on different streams; give both the same one");
 }
 
+/// Raises bellows::error when a state's memory does not fit feedback `kind` (a state made by a
+/// compressor with or without a memory, used by one of the other kind).
+inline void check_memory(std::string_view who, const layer_info& layer, const device_buffer<float>& memory,
+                         feedback kind) {
+  BELLOWS_EXPECTS((memory.size() == 0) == (kind == feedback::none || layer.size() == 0), who, ": layer '", layer.name,
+                  "' has a state made ", memory.size() == 0 ? "without" : "with",
+                  " an error memory, used by a compressor with feedback ", to_string(kind));
+}
+
 /// A layer's error memory for feedback `kind`: n zeros (the clearing enqueued on the executor's
 /// stream), or no memory for feedback::none.
 [[nodiscard]] inline device_buffer<float> zero_memory(feedback kind, std::size_t n, const executor& exec) {

@@ -145,6 +145,7 @@ public:
   template <DeviceCollective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     cuda::check_step("qsgd", st.layer, inout.size(), coll.stream(), *exec_);
+    cuda::check_memory("qsgd", st.layer, st.memory, params().feedback);
     const std::size_t n = st.layer.size(), ranks = coll.size(), rank = coll.rank();
     const cpu::code_layout l = format_.layout(n);
     const std::size_t bytes = format_.payload_bytes(n), codes_at = format_.codes_offset(n);

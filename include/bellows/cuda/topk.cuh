@@ -147,6 +147,7 @@ public:
   template <DeviceCollective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     cuda::check_step(name, st.layer, inout.size(), coll.stream(), *exec_);
+    cuda::check_memory(name, st.layer, st.memory, params_.feedback);
     BELLOWS_EXPECTS(st.plan.k == detail::kept_count(name, st.layer, params_.ratio, params_.k), name, ": layer '",
                     st.layer.name, "': the state keeps ", st.plan.k,
                     " elements, this compressor another number (make the state with it)");
