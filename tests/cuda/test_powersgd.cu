@@ -334,7 +334,8 @@ TEST_CASE("cuda powersgd: rank changes keep the memory and the shared columns of
   CHECK(bellows::test::same_draw(first, host_st.query));
   ps.set_rank(st, 1);
   on_host.set_rank(host_st, 1);
-  CHECK(bellows::test::same_bytes(bellows::test::memory_of(st.query), std::vector<float>(first.begin(), first.begin() + 48)));
+  CHECK(bellows::test::same_bytes(bellows::test::memory_of(st.query),
+                                  std::vector<float>(first.begin(), first.begin() + 48)));
   ps.set_rank(st, 4);
   on_host.set_rank(host_st, 4);
   const std::vector<float> four = bellows::test::memory_of(st.query);

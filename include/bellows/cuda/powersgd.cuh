@@ -42,6 +42,7 @@
 #include "bellows/core/traffic.hpp"
 #include "bellows/cuda/buffer.cuh"
 #include "bellows/cuda/check.cuh"
+#include "bellows/cuda/checkpoint.cuh"
 #include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/gram_schmidt.cuh"
@@ -159,7 +160,7 @@ public:
   /// The CPU compressor's record (r', step, e if any, Q): either backend reads what the other
   /// wrote. Waits for the executor's stream.
   void save(const state& st, checkpoint_writer& out) const {
-    const std::vector<float> e = to_host(st.memory), q = to_host(st.query);
+    const std::vector<float> e = cuda::to_host(*exec_, st.memory), q = cuda::to_host(*exec_, st.query);
     detail::write_powersgd_record(out, st.rank, st.step, e, q, st.cols);
   }
 
@@ -167,8 +168,8 @@ public:
   /// CPU does (raising bellows::wire_error) before the state changes. Waits for the stream.
   void load(state& st, checkpoint_reader& in) const {
     const detail::powersgd_record rec = detail::read_powersgd_record(st.layer, in);
-    st.memory = to_device(rec.memory);  // to_device waits for the stream: the buffers replaced are idle
-    st.query = to_device(rec.query);
+    st.memory = cuda::to_device(*exec_, rec.memory);  // waits for the stream: the buffers replaced are idle
+    st.query = cuda::to_device(*exec_, rec.query);
     st.step = rec.step;
     st.rank = 0;
     resize(st, static_cast<std::size_t>(rec.rank));
@@ -295,7 +296,8 @@ private:
             cudaMemcpyAsync(values.data(), inout.data(), n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
       cuda::flag_non_finite(*exec_, values, st.flag.data());
     } else {
-      cuda::compensate(*exec_, values, inout, e, st.flag.data());  // a memory left from compressed steps goes out with g
+      // a memory left from compressed steps goes out with g
+      cuda::compensate(*exec_, values, inout, e, st.flag.data());
     }
     cuda::flag_to_float(*exec_, st.flag.data(), st.exchange.data() + n);
     coll.allreduce_sum(st.exchange.span());
@@ -308,26 +310,6 @@ private:
     if (!e.empty()) cuda::fill(*exec_, e, 0.0f);
     ++st.step;
     return {step_status::ok, sent};
-  }
-
-  /// A device array copied back, after the work enqueued before.
-  [[nodiscard]] std::vector<float> to_host(const cuda::device_buffer<float>& d) const {
-    std::vector<float> h(d.size());
-    if (!h.empty())
-      BELLOWS_CUDA_CHECK(
-          cudaMemcpyAsync(h.data(), d.data(), h.size() * sizeof(float), cudaMemcpyDeviceToHost, exec_->stream()));
-    exec_->synchronize();
-    return h;
-  }
-
-  /// A device copy of h, complete on return.
-  [[nodiscard]] cuda::device_buffer<float> to_device(const std::vector<float>& h) const {
-    cuda::device_buffer<float> d(h.size());
-    if (!h.empty())
-      BELLOWS_CUDA_CHECK(
-          cudaMemcpyAsync(d.data(), h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice, exec_->stream()));
-    exec_->synchronize();
-    return d;
   }
 
   powersgd_params params_;
