@@ -65,10 +65,18 @@ TEST_CASE("gather_average: allgather of identity payloads equals the allreduce a
     std::vector<std::uint64_t> storage((c.max_payload_bytes(st) + 7) / 8);
     const auto mine = c.encode(st, x, std::as_writable_bytes(std::span(storage)));
     bellows::gather_buffer gathered;
+    std::vector<std::span<const std::byte>> parts;
     const auto status = bellows::detail::gather_average(
-        c, st, mine, std::span<float>(x), comm, gathered,
-        [&](std::span<float> v) { bellows::cpu::fill(exec, v, 0.0f); },
-        [&](std::span<float> v, float d) { bellows::cpu::divide(exec, v, d); });
+        mine, std::span<float>(x), comm, gathered, parts,
+        [&](std::span<const std::byte> block, std::span<const std::byte>& part) {
+          part = block;
+          return c.validate(st, block);
+        },
+        [&](std::span<const std::span<const std::byte>> all, std::span<float> out) {
+          bellows::cpu::fill(exec, out, 0.0f);
+          for (const auto block : all) (void)c.decode_add(st, block, out);
+          bellows::cpu::divide(exec, out, static_cast<float>(all.size()));
+        });
     (void)c.reduce(st, y, comm);
     // 0 + x0 + x1 + x2 equals x0 + x1 + x2 exactly, so both paths give the same bits.
     if (status == bellows::step_status::ok && x == y) ++right;

@@ -205,3 +205,66 @@ TEST_CASE("quantize kernels refuse arrays that do not fit the layout") {
   CHECK(code_layout{4, 512, 1}.levels() == 7);
   CHECK(code_layout{2, 512, 1}.levels() == 1);
 }
+
+TEST_CASE("average_dequantize: the rank-order sum of W decoded payloads from 0, divided by W, in one pass") {
+  bellows::cpu::executor one(1), three(3);
+  struct shape {
+    unsigned bits;
+    std::size_t bucket, n;
+  };
+  // Buckets that are and are not multiples of a code block; n = 0 and 1; a layer large enough
+  // for streaming stores (4 MiB of output and more).
+  const shape shapes[] = {{2, 1, 1},   {4, 7, 5000},   {8, 64, 5000},          {2, 512, 5000}, {8, 1000, 5000},
+                          {4, 33, 0},  {8, 512, 4097}, {8, 512, (1u << 20) + 77}, {4, 100, (1u << 20) + 3}};
+  for (const shape& sh : shapes)
+    for (std::size_t w : {1u, 2u, 3u, 5u}) {
+      CAPTURE(sh.bits);
+      CAPTURE(sh.bucket);
+      CAPTURE(sh.n);
+      CAPTURE(w);
+      const code_layout l{sh.bits, sh.bucket, sh.n};
+      std::vector<packed> payloads;
+      std::vector<bellows::cpu::code_arrays> parts;
+      for (std::size_t r = 0; r < w; ++r) {
+        auto v = bellows::testing::normal_floats(sh.n, 100 + r);
+        if (sh.n > 2 * sh.bucket) std::fill(v.begin() + static_cast<std::ptrdiff_t>(sh.bucket), v.begin() + static_cast<std::ptrdiff_t>(2 * sh.bucket), 0.0f);  // a zero bucket
+        payloads.push_back(pack(one, v, l, r % 2 ? bucket_norm::max_abs : bucket_norm::l2,
+                                {7, 3, 1, static_cast<std::uint32_t>(r)}));
+      }
+      for (const packed& p : payloads) parts.push_back({p.scales, p.codes});
+      // Reference: element by element, from the codes, in double-checked float steps.
+      const float s = static_cast<float>(l.levels());
+      std::vector<float> want(sh.n);
+      for (std::size_t i = 0; i < sh.n; ++i) {
+        float sum = 0.0f;
+        for (const packed& p : payloads) {
+          const std::uint32_t c = code_at(p.codes, i, sh.bits);
+          const float mag = static_cast<float>(c & ((1u << (sh.bits - 1)) - 1)) * (p.scales[i / sh.bucket] / s);
+          sum += (c >> (sh.bits - 1)) ? -mag : mag;
+        }
+        want[i] = sum / static_cast<float>(w);
+      }
+      // The output aligned for streaming stores, and one float off; garbage before the call.
+      std::vector<float> storage(sh.n + 1, 7.0f), again(sh.n + 1, -3.0f);
+      const std::span<float> aligned(storage.data(), sh.n), shifted(again.data() + 1, sh.n);
+      bellows::cpu::average_dequantize(one, parts, l, aligned);
+      bellows::cpu::average_dequantize(three, parts, l, shifted);
+      CHECK(std::memcmp(aligned.data(), want.data(), sh.n * sizeof(float)) == 0);
+      CHECK(std::memcmp(shifted.data(), want.data(), sh.n * sizeof(float)) == 0);
+      CHECK(storage[sh.n] == 7.0f);  // nothing written past the output
+      CHECK(again[0] == -3.0f);
+    }
+}
+
+TEST_CASE("average_dequantize refuses no payload, or arrays that do not fit the layout") {
+  bellows::cpu::executor one(1);
+  const code_layout l{8, 4, 10};
+  std::vector<float> scales(3, 1.0f), out(10);
+  std::vector<std::uint8_t> codes(10), short_codes(9);
+  const bellows::cpu::code_arrays good{scales, codes}, bad{scales, short_codes};
+  CHECK_THROWS_AS(bellows::cpu::average_dequantize(one, {}, l, out), bellows::error);
+  const bellows::cpu::code_arrays both[] = {good, bad};
+  CHECK_THROWS_AS(bellows::cpu::average_dequantize(one, both, l, out), bellows::error);
+  CHECK_THROWS_AS(bellows::cpu::average_dequantize(one, std::span(both, 1), l, std::span(out).first(9)),
+                  bellows::error);
+}

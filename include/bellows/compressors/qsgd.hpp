@@ -44,6 +44,7 @@ public:
     error_memory memory;
     std::vector<std::uint64_t> payload;  ///< 8-byte aligned storage of this rank's payload
     gather_buffer gathered;
+    std::vector<cpu::code_arrays> parts;  ///< every rank's validated arrays, for the average
     std::vector<float> compensated;      ///< m = g + e, when there is a memory
   };
 
@@ -74,8 +75,15 @@ public:
     }
     const std::span<std::byte> mine = encode(st, m, std::as_writable_bytes(std::span(st.payload)), coll.rank());
     const step_status status = detail::gather_average(
-        *this, st, mine, inout, coll, st.gathered, [&](std::span<float> v) { fill(*exec_, v, 0.0f); },
-        [&](std::span<float> v, float d) { divide(*exec_, v, d); });
+        mine, inout, coll, st.gathered, st.parts,
+        [&](std::span<const std::byte> block, cpu::code_arrays& part) {
+          const step_status s = validate(st, block);
+          if (s == step_status::ok) part = read(st, block);
+          return s;
+        },
+        [&](std::span<const cpu::code_arrays> parts, std::span<float> out) {
+          average_dequantize(*exec_, parts, layout(st), out);
+        });
     const traffic sent = format_.sent(st.layer.size());
     if (status != step_status::ok) return {status, sent};
     if (st.memory.enabled()) {
@@ -142,11 +150,7 @@ private:
   [[nodiscard]] cpu::code_layout layout(const state& st) const noexcept { return format_.layout(st.layer.size()); }
 
   /// The scales and codes of a payload that format_.check accepted.
-  struct arrays {
-    std::span<const float> scales;
-    std::span<const std::uint8_t> codes;
-  };
-  [[nodiscard]] arrays read(const state& st, std::span<const std::byte> payload) const {
+  [[nodiscard]] cpu::code_arrays read(const state& st, std::span<const std::byte> payload) const {
     const cpu::code_layout l = layout(st);
     wire::reader r(payload, wire::codec::qsgd);
     const std::span<const float> scales = r.array<float>(l.buckets());

@@ -29,6 +29,7 @@
 #include "bellows/cpu/executor.hpp"
 #include "bellows/cpu/isa.hpp"
 #include "bellows/cpu/philox_lanes.hpp"
+#include "bellows/cpu/streaming.hpp"
 
 namespace bellows::cpu {
 
@@ -46,6 +47,12 @@ struct code_layout {
   [[nodiscard]] constexpr std::uint32_t levels() const noexcept { return (1u << (bits - 1)) - 1; }
   [[nodiscard]] constexpr std::size_t buckets() const noexcept { return (n + bucket - 1) / bucket; }
   [[nodiscard]] constexpr std::size_t code_bytes() const noexcept { return (n * bits + 7) / 8; }
+};
+
+/// One payload's arrays: a scale per bucket and the packed codes.
+struct code_arrays {
+  std::span<const float> scales;
+  std::span<const std::uint8_t> codes;
 };
 
 namespace detail {
@@ -225,6 +232,36 @@ void dequantize_range(std::span<const float> scales, const std::uint8_t* codes, 
   }
 }
 
+/// Buckets [b0, b1) of the average of W payloads: each element's decoded values summed in
+/// payload order from 0.0f, then divided by W, as dequantize_range with accumulation of every
+/// payload into zeros and a division would compute them. Whole code blocks are summed in a
+/// block on the stack and written once (streamed when `stream`), the edges element by element.
+template <unsigned Bits>
+void average_range(std::span<const code_arrays> parts, const code_layout& layout, std::span<float> out,
+                   std::size_t b0, std::size_t b1, bool stream) noexcept {
+  constexpr std::uint32_t mask = (1u << Bits) - 1;
+  const auto s = static_cast<float>(layout.levels());
+  const auto divisor = static_cast<float>(parts.size());
+  for (std::size_t b = b0; b < b1; ++b) {
+    const std::size_t lo = b * layout.bucket, hi = std::min(layout.n, lo + layout.bucket);
+    const auto [first, last] = whole_blocks(lo, hi);
+    const auto one = [&](std::size_t i) {
+      float sum = 0.0f;
+      for (const code_arrays& p : parts)
+        sum += decode_code<Bits>((std::uint32_t{p.codes[i * Bits / 8]} >> (i * Bits % 8)) & mask, p.scales[b] / s);
+      out[i] = sum / divisor;
+    };
+    for (std::size_t i = lo; i < first; ++i) one(i);
+    for (std::size_t i = first; i < last; i += code_block) {
+      alignas(64) float sum[code_block] = {};
+      for (const code_arrays& p : parts) dequantize_block<Bits, true>(p.codes.data(), i, p.scales[b] / s, sum);
+      for (float& x : sum) x /= divisor;
+      copy_out(out.data() + i, sum, code_block, stream);
+    }
+    for (std::size_t i = last; i < hi; ++i) one(i);
+  }
+}
+
 inline void check_codes(const char* what, const code_layout& layout, std::size_t values,
                         std::size_t scales, std::size_t code_bytes) {
   BELLOWS_EXPECTS(code_layout::valid_bits(layout.bits) && layout.bucket >= 1, what, ": bits ",
@@ -279,6 +316,29 @@ inline void unpack_dequantize(executor& exec, std::span<const float> scales,
       case 4: run.template operator()<4>(); break;
       default: run.template operator()<8>(); break;
     }
+  });
+}
+
+/// out = (1/W) * the sum, in payload order from 0.0f, of the decoded values of W payloads
+/// (W = parts.size() >= 1): the bits of unpack_dequantize accumulating every payload in order
+/// into zeros, then a division by W, in one pass that reads each payload once and writes each
+/// element of `out` once (with streaming stores when streams_output says so). Scales must be
+/// finite and >= 0.
+inline void average_dequantize(executor& exec, std::span<const code_arrays> parts, const code_layout& layout,
+                               std::span<float> out) {
+  BELLOWS_EXPECTS(!parts.empty(), "average_dequantize: no payload to average");
+  for (const code_arrays& p : parts)
+    detail::check_codes("average_dequantize", layout, out.size(), p.scales.size(), p.codes.size());
+  const bool stream = streams_output(out.data(), out.size());
+  exec.for_chunks(layout.buckets(), detail::buckets_per_task(layout.bucket), [&](std::size_t b0, std::size_t b1) {
+    run_widest([&] {
+      switch (layout.bits) {
+        case 2: detail::average_range<2>(parts, layout, out, b0, b1, stream); break;
+        case 4: detail::average_range<4>(parts, layout, out, b0, b1, stream); break;
+        default: detail::average_range<8>(parts, layout, out, b0, b1, stream); break;
+      }
+    });
+    if (stream) detail::stream_fence();
   });
 }
 

@@ -12,11 +12,7 @@
 
 #include "bellows/core/error.hpp"
 #include "bellows/cpu/executor.hpp"
-
-#if defined(__SSE2__) || defined(_M_X64)
-#include <emmintrin.h>
-#define BELLOWS_CPU_SSE2 1
-#endif
+#include "bellows/cpu/streaming.hpp"
 
 namespace bellows::cpu {
 
@@ -41,17 +37,7 @@ inline constexpr std::uint32_t non_finite_key = 0x7F800000u;
 
 namespace detail {
 
-/// Where the kernels that write a whole buffer with streaming stores need it to start: 16 bytes,
-/// which the storage of a std::vector<float> has.
-[[nodiscard]] inline bool stream_aligned(const float* p) noexcept {
-  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
-}
-
 #if defined(BELLOWS_CPU_SSE2)
-/// Stores four floats at a 16-byte aligned `at`, bypassing the cache: the destination of a
-/// streaming pass is not read again soon, and this saves reading it first.
-inline void stream_store(float* at, __m128 v) noexcept { _mm_stream_ps(at, v); }
-
 /// lane_masks[m]: all ones in lane i where bit i of m is set.
 struct lane_mask_table {
   alignas(16) std::uint32_t lanes[16][4];
@@ -63,13 +49,6 @@ inline constexpr lane_mask_table lane_masks = [] {
   return t;
 }();
 #endif
-
-/// Orders the streaming stores of this thread before whatever it does next.
-inline void stream_fence() noexcept {
-#if defined(BELLOWS_CPU_SSE2)
-  _mm_sfence();
-#endif
-}
 
 /// One block of 16 elements of v = g + e: writes v to `out` (16-byte aligned) with the elements
 /// of `zero_mask` (bit i: element i) set to zero, without branching on the mask; returns whether
@@ -120,6 +99,63 @@ inline bool any_non_finite(const float* x, std::size_t len) noexcept {
 }
 
 }  // namespace detail
+
+/// One sparse vector to read: ascending, distinct indices and their values.
+template <class Index>
+struct sparse_view {
+  std::span<const Index> index;
+  std::span<const float> value;
+};
+
+/// Elements per task of scatter_average, and of the tile a task sums in before writing it out.
+inline constexpr std::size_t average_chunk = std::size_t{1} << 16;
+inline constexpr std::size_t average_tile = std::size_t{1} << 12;
+
+/// The workspace scatter_average needs for W parts and n elements: one cursor per part and task.
+[[nodiscard]] constexpr std::size_t scatter_average_cursors(std::size_t parts, std::size_t n) noexcept {
+  return parts * ((n + average_chunk - 1) / average_chunk);
+}
+
+/// out = (1/W) * the sum, part by part in order from 0.0f, of the W parts scattered into n zeros
+/// (W = parts.size() >= 1; each part's indices ascending, distinct, below out.size()). The same
+/// bits as filling out with zeros, scatter_add of each part in order and dividing every element
+/// by W, in one write of `out`: each tile of `average_tile` elements is summed in a buffer on the
+/// stack, divided, and then written out (with streaming stores when streams_output says so).
+/// `cursors` holds scatter_average_cursors(W, n) positions.
+template <class Index>
+void scatter_average(executor& exec, std::span<float> out, std::span<const sparse_view<Index>> parts,
+                     std::span<std::size_t> cursors) {
+  const std::size_t w = parts.size(), n = out.size();
+  BELLOWS_EXPECTS(w >= 1 && cursors.size() >= scatter_average_cursors(w, n), "scatter_average: ", w,
+                  " parts with ", cursors.size(), " cursors for ", n, " elements");
+  for (const sparse_view<Index>& p : parts)
+    BELLOWS_EXPECTS(p.index.size() == p.value.size(), "scatter_average: ", p.index.size(), " indices, ",
+                    p.value.size(), " values");
+  const bool stream = streams_output(out.data(), n);
+  const auto divisor = static_cast<float>(w);
+  exec.for_chunks(n, average_chunk, [&](std::size_t lo, std::size_t hi) {
+    const std::span<std::size_t> at = cursors.subspan(lo / average_chunk * w, w);
+    for (std::size_t r = 0; r < w; ++r)
+      at[r] = static_cast<std::size_t>(std::ranges::lower_bound(parts[r].index, lo) - parts[r].index.begin());
+    alignas(64) float tile[average_tile];
+    for (std::size_t t0 = lo; t0 < hi; t0 += average_tile) {
+      const std::size_t t1 = std::min(hi, t0 + average_tile), len = t1 - t0;
+      std::fill(tile, tile + len, 0.0f);
+      for (std::size_t r = 0; r < w; ++r) {
+        const Index* index = parts[r].index.data();
+        const float* value = parts[r].value.data();
+        std::size_t j = at[r];
+        for (const std::size_t end = parts[r].index.size(); j < end && index[j] < t1; ++j)
+          tile[static_cast<std::size_t>(index[j]) - t0] += value[j];
+        at[r] = j;
+      }
+      if (w != 1)  // x / 1 is x
+        for (std::size_t i = 0; i < len; ++i) tile[i] /= divisor;
+      detail::copy_out(out.data() + t0, tile, len, stream);
+    }
+    if (stream) detail::stream_fence();
+  });
+}
 
 /// acc[index[j]] += value[j] for ascending, distinct indices below acc.size().
 template <class Index>

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <span>
+#include <vector>
 
 #include "bellows/concepts.hpp"
 #include "bellows/core/gather_buffer.hpp"
@@ -12,22 +13,23 @@
 
 namespace bellows::detail {
 
-/// Allgathers this rank's payload `mine`, validates every rank's block (a malformed one raises
-/// bellows::wire_error before `out` is touched), and returns non_finite if any sender flagged
-/// non-finite input, leaving `out` as it was. Otherwise `out` becomes (1/W) * the sum over ranks,
-/// in rank order, of the decoded blocks. `zero` and `divide` are the backend's kernels.
-template <PayloadCodec Codec, Collective Coll, class Zero, class Divide>
-step_status gather_average(const Codec& codec, const typename Codec::state& st,
-                           std::span<const std::byte> mine, std::span<float> out, Coll& coll,
-                           gather_buffer& gathered, Zero&& zero, Divide&& divide) {
+/// Allgathers this rank's payload `mine` into `gathered` and reads every rank's block, in rank
+/// order, with read(block, parts[r]): it validates the whole block (a malformed one raises
+/// bellows::wire_error before `out` is touched), keeps what the average needs in parts[r], and
+/// returns the block's status. If any sender flagged non-finite input, returns non_finite and
+/// leaves `out` as it was. Otherwise average(parts, out) writes (1/W) * the sum over ranks, in
+/// rank order from 0.0f, of the decoded blocks: the codec's one-pass kernel. `parts` is resized
+/// to W (no allocation once it has held W).
+template <Collective Coll, class Part, class Read, class Average>
+step_status gather_average(std::span<const std::byte> mine, std::span<float> out, Coll& coll,
+                           gather_buffer& gathered, std::vector<Part>& parts, Read&& read, Average&& average) {
   coll.allgather(mine, gathered);
+  parts.resize(gathered.blocks());
   bool flagged = false;
   for (std::size_t r = 0; r < gathered.blocks(); ++r)
-    flagged |= codec.validate(st, gathered.block(r)) == step_status::non_finite;
+    flagged |= read(gathered.block(r), parts[r]) == step_status::non_finite;
   if (flagged) return step_status::non_finite;
-  zero(out);
-  for (std::size_t r = 0; r < gathered.blocks(); ++r) (void)codec.decode_add(st, gathered.block(r), out);
-  divide(out, static_cast<float>(gathered.blocks()));
+  average(std::span<const Part>(parts), out);
   return step_status::ok;
 }
 

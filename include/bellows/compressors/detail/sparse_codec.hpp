@@ -180,6 +180,9 @@ protected:
   std::size_t payload_bytes_ = 0;
   bool pending_ = false;  ///< a step was staged with finite input and not yet committed
   gather_buffer gathered_;
+  std::vector<cpu::sparse_view<std::uint32_t>> narrow_;  ///< every rank's validated entries
+  std::vector<cpu::sparse_view<std::uint64_t>> wide_;    ///< the same, for 64-bit indices
+  std::vector<std::size_t> cursors_;                     ///< scatter_average's workspace
 };
 
 /// S is the state type of compressor C.
@@ -321,12 +324,23 @@ protected:
   template <class State, Collective Coll>
   reduce_result average_by_allgather(State& st, std::span<const std::byte> mine, std::span<float> inout,
                                      Coll& coll) const {
+    const auto average = [&]<class Index>(std::vector<cpu::sparse_view<Index>>& parts,
+                                          std::span<const Index> sparse_entries::*index) {
+      return gather_average(
+          mine, inout, coll, st.gathered_, parts,
+          [&](std::span<const std::byte> block, cpu::sparse_view<Index>& part) {
+            const sparse_entries e = read(st, block);
+            part = {e.*index, e.value};
+            return e.status;
+          },
+          [&](std::span<const cpu::sparse_view<Index>> all, std::span<float> out) {
+            st.cursors_.resize(cpu::scatter_average_cursors(all.size(), out.size()));
+            scatter_average(*exec_, out, all, std::span(st.cursors_));
+          });
+    };
     reduce_result r;
-    r.status = gather_average(
-        derived(), st, mine, inout, coll, st.gathered_, [&](std::span<float> v) { fill(*exec_, v, 0.0f); },
-        [&](std::span<float> v, float d) {
-          if (d != 1.0f) divide(*exec_, v, d);  // x / 1 is x
-        });
+    r.status = wide_indices(st.layer.size()) ? average(st.wide_, &sparse_entries::index64)
+                                             : average(st.narrow_, &sparse_entries::index32);
     const std::uint64_t kept = header_of(mine).count;
     r.sent = {mine.size(), kept, kept};
     return r;
