@@ -5,6 +5,8 @@
 # slug rule: the heading's text lower-cased, punctuation removed (letters, digits, spaces, `-` and
 # `_` stay), each space turned into `-`, and `-1`, `-2`, ... appended to repeats.
 # Skipped: links inside fenced code blocks and inline code, and absolute URLs (scheme: or //).
+# Citations such as `docs/spec.md#top-k` in the sources (include/, tests/, examples/, ...) must
+# name an existing page and heading too.
 # Usage: cmake -DSOURCE_DIR=<repository root> -P docs_links_resolve.cmake
 cmake_minimum_required(VERSION 3.21)
 if(NOT SOURCE_DIR)
@@ -180,10 +182,44 @@ foreach(page IN LISTS pages)
   endforeach()
 endforeach()
 
+# Citations of a docs page in the sources (`docs/spec.md#top-k` in a comment) resolve as well.
+file(GLOB_RECURSE sources RELATIVE "${SOURCE_DIR}"
+     "${SOURCE_DIR}/include/*" "${SOURCE_DIR}/tests/*" "${SOURCE_DIR}/examples/*" "${SOURCE_DIR}/bench/*"
+     "${SOURCE_DIR}/tools/*" "${SOURCE_DIR}/python/*" "${SOURCE_DIR}/scripts/*" "${SOURCE_DIR}/fuzz/*")
+list(FILTER sources INCLUDE REGEX "\\.(hpp|cpp|cuh|cu|h|py|sh|cmake|txt)$")
+list(FILTER sources EXCLUDE REGEX "^tests/docs_links_resolve\\.cmake$")
+set(cited 0)
+foreach(source IN LISTS sources)
+  file(STRINGS "${SOURCE_DIR}/${source}" cites REGEX "docs/[A-Za-z0-9_/.-]+\\.md")
+  foreach(line IN LISTS cites)
+    string(REGEX MATCHALL "docs/[A-Za-z0-9_/.-]+\\.md(#[A-Za-z0-9_-]+)?" found "${line}")
+    foreach(target IN LISTS found)
+      math(EXPR cited "${cited} + 1")
+      string(REGEX REPLACE "#.*$" "" path "${target}")
+      if(NOT EXISTS "${SOURCE_DIR}/${path}")
+        list(APPEND failures "${source}: ${target}: no such page")
+        continue()
+      endif()
+      if(target MATCHES "#(.+)$")
+        set(anchor "${CMAKE_MATCH_1}")
+        string(MD5 key "${SOURCE_DIR}/${path}")
+        if(NOT DEFINED anchors_${key})
+          anchors_of("${SOURCE_DIR}/${path}" anchors_${key})
+        endif()
+        if(NOT anchor IN_LIST anchors_${key})
+          list(APPEND failures "${source}: ${target}: no heading of that page has the anchor '${anchor}'")
+        endif()
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+
 list(LENGTH pages page_count)
 if(failures)
   list(LENGTH failures failure_count)
   string(REPLACE ";" "\n  " listing "${failures}")
-  message(FATAL_ERROR "${failure_count} of ${checked} relative links in ${page_count} pages do not resolve:\n  ${listing}")
+  message(FATAL_ERROR "${failure_count} of ${checked} relative links in ${page_count} pages and ${cited} "
+                      "citations of docs pages in the sources do not resolve:\n  ${listing}")
 endif()
-message(STATUS "${checked} relative links in ${page_count} pages resolve")
+message(STATUS "${checked} relative links in ${page_count} pages and ${cited} citations of docs pages in the "
+               "sources resolve")
