@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs bellows_torch with the command README gives (into build-py/site, not into the system's
+# Installs bellows_torch with the command docs/pytorch.md gives (into build-py/site, not the system's
 # Python) and runs its tests on 2 gloo processes. Skips, and passes, when the Python in use cannot
 # import torch (Debian: python3-torch; the extension also needs libtorch-dev and pybind11-dev).
 # Usage: python/test.sh      PYTHON=... picks the interpreter (default /usr/bin/python3).

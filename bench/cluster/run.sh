@@ -15,7 +15,7 @@
 # -DBELLOWS_BUILD_EXAMPLES=ON, target fmnist_mpi). Other options go to fmnist_mpi; the default is
 # --quick (6 epochs of 4800 images). The delay needs tc's netem; where the kernel lacks it, the
 # links are shaped by rate only (tbf) and the script says so. results.txt is the output of
-# `run.sh --speeds "1gbit 100mbit 10mbit"` on the machine of README.md's table.
+# `run.sh --speeds "1gbit 100mbit 10mbit"` on the machine of the table in docs/experiments/cluster.md.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)

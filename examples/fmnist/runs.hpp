@@ -155,8 +155,8 @@ inline void set_epochs(comparison_config& config, std::size_t epochs) {
 }
 
 /// The full comparison of scripts/demo.sh: every run, two seeds, all the data, 12 epochs at
-/// lr 0.05 (x0.1 after epochs 6 and 9), an Accordion check every 2 epochs. README.md and the
-/// results.md of a run say why.
+/// lr 0.05 (x0.1 after epochs 6 and 9), an Accordion check every 2 epochs. docs/experiments/fmnist.md
+/// and the results.md of a run say why.
 [[nodiscard]] inline comparison_config full_comparison() {
   comparison_config config;
   config.train.schedule.base = 0.05f;

@@ -119,9 +119,10 @@ concept Compressor =
 ///  1. `c.max_payload_bytes(state)`: an upper bound of the payload size for that layer.
 ///  2. `c.encode(state, std::span<const float> in, std::span<std::byte> out, rank)` -> the bytes
 ///     of the payload written at the start of `out` (wire format of core/wire.hpp, `out` aligned
-///     to 8 bytes); random choices are keyed by the state's step and, where SPEC.md says so, the
-///     sender's `rank`. encode does not advance the step (reduce does; a trainer driving encode
-///     itself advances `state.step` once per exchange).
+///     to 8 bytes); random choices are keyed by the state's step and, where the codec's section
+///     of docs/spec.md says so (see docs/spec.md#random-numbers-philox), the sender's `rank`.
+///     encode does not advance the step (reduce does; a trainer driving encode itself advances
+///     `state.step` once per exchange).
 ///  3. `c.validate(state, std::span<const std::byte> payload)` -> step_status: checks the whole
 ///     payload against the layer (header, sizes, index bounds) and raises bellows::wire_error if
 ///     it is malformed; returns non_finite if the sender flagged non-finite input.

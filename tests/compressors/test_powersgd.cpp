@@ -83,7 +83,7 @@ std::vector<float> low_rank(std::size_t n, std::size_t m, std::size_t k, double 
 }
 
 /// One PowerSGD step in double for W ranks' matrices from a given query q (m x r column-major),
-/// as SPEC.md writes it; returns out (identical on every rank).
+/// as docs/spec.md#powersgd writes it; returns out (identical on every rank).
 std::vector<double> reference_step(const std::vector<std::vector<float>>& Ms, std::size_t n, std::size_t m,
                                    std::vector<double> q, std::size_t r) {
   const auto orth = [](std::vector<double>& c, std::size_t rows, std::size_t rank) {

@@ -16,7 +16,7 @@ namespace {
 using bellows::cpu::bucket_norm;
 using bellows::cpu::code_layout;
 
-/// The code of element i, straight from SPEC.md with word i of the stream (scalar Philox).
+/// The code of element i, straight from docs/spec.md#qsgd with word i of the stream (scalar Philox).
 std::uint32_t reference_code(float v, float scale, std::uint32_t s, unsigned bits,
                              const bellows::philox::stream& rng, std::size_t i) {
   if (scale == 0.0f) return 0;

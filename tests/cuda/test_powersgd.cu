@@ -268,7 +268,7 @@ TEST_CASE("cuda powersgd: statuses, traffic, steps exact; dense layers bit for b
         CHECK(got.traces[r].step == steps - 1);
       }
     }
-    // the traffic of a step, as SPEC.md counts it
+    // the traffic of a step, as docs/spec.md#powersgd counts it
     const std::size_t n = c.shape.rank() < 2 ? c.shape.size() : c.shape.rows();
     const std::size_t m = c.shape.rank() < 2 ? 1 : c.shape.cols(), r = want.rank[0];
     const std::uint64_t kept = dense ? c.shape.size() : (n + m) * r;

@@ -292,7 +292,7 @@ TEST_CASE("accordion agreement: W = 4 ranks with different gradients take identi
     CHECK(seen[r] == seen[0]);
     CHECK(norms[r] == norms[0]);
   }
-  // The decisions are SPEC.md's, so the agreement is not a trivial one.
+  // The decisions follow docs/spec.md#the-rule, so the agreement is not a trivial one.
   const std::vector<regime> all_critical{C, C, C, C}, compress{N, N, N, C};
   for (std::size_t e = 0; e < epochs; ++e) {
     CAPTURE(e);

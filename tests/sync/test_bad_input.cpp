@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Bad input that cuts across the compressors, seen through the Synchronizer as a trainer sees it:
 // layers with no elements or one element, a non-finite value in such a layer, and the checkpoint
-// of a run that holds them. (README.md, "Behaviour on bad input", names the test of every row.)
+// of a run that holds them. (docs/reliability.md#behaviour-on-bad-input names the test of every row.)
 #include <bellows/collectives/local.hpp>
 #include <bellows/compressors/identity.hpp>
 #include <bellows/compressors/powersgd.hpp>

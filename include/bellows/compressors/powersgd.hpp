@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // PowerSGD (Vogels, Karimireddy, Jaggi, NeurIPS 2019): a rank-r approximation of each layer's
 // gradient matrix by one step of subspace iteration, exchanged as two allreduces of the skinny
-// factors. The steps follow PyTorch's PowerSGD communication hook, as SPEC.md fixes them:
+// factors. The steps follow PyTorch's PowerSGD communication hook, as docs/spec.md#powersgd fixes them:
 //
 //   M = g + e; orthogonalise Q; P = M Q; allreduce_sum(P); orthogonalise P;
 //   Q = M^T P; allreduce_sum(Q); Q = Q / W; out = P Q^T; e = M - out

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // QSGD (Alistarh, Grubic, Li, Tomioka, Vojnovic, NeurIPS 2017): unbiased stochastic quantisation
-// to b bits per element, bucket by bucket, exchanged by allgather and averaged (SPEC.md, QSGD).
+// to b bits per element, bucket by bucket, exchanged by allgather and averaged (docs/spec.md#qsgd).
 //
 // Payload (wire format of core/wire.hpp, codec qsgd): header with count = buckets and
 // param = bits | bucket << 8, then one float32 scale per bucket, then the b-bit codes packed

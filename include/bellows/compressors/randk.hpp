@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Rand-k sparsification (SPEC.md, Rand-k): each rank keeps k entries of its compensated gradient
+// Rand-k sparsification (docs/spec.md#rand-k): each rank keeps k entries of its compensated gradient
 // m = g + e at k distinct indices drawn uniformly without replacement, in ascending order.
 //
 // The indices come from the Philox stream {seed, step, layer id, rank}, where rank is

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Top-k sparsification with error feedback (SPEC.md, Top-k; Stich, Cordonnier and Jaggi,
+// Top-k sparsification with error feedback (docs/spec.md#top-k; Stich, Cordonnier and Jaggi,
 // "Sparsified SGD with Memory"): each rank keeps the k entries of largest magnitude of its
 // compensated gradient m = g + e, sends them as (index, value) pairs, and keeps the rest in its
 // error memory, e = m with zeros at the kept indices. The output, on every rank, is the average

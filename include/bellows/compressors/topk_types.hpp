@@ -10,7 +10,7 @@
 namespace bellows {
 
 enum class topk_mode : std::uint8_t {
-  exact,        ///< the k largest |x|; ties at the threshold go to the lower index (SPEC.md)
+  exact,        ///< the k largest |x|; ties at the threshold go to the lower index (docs/spec.md#top-k)
   approximate,  ///< between k and ceil(1.25 k) of the largest |x|, when that saves work
 };
 
@@ -29,7 +29,7 @@ struct topk_params {
   /// Keys the sample that sets the selection threshold. Exact results do not depend on it; the
   /// kept set of approximate mode does.
   std::uint64_t seed = 0;
-  /// Average by a dense allreduce instead of an allgather when SPEC.md finds it cheaper:
+  /// Average by a dense allreduce instead of an allgather when docs/spec.md#top-k finds it cheaper:
   /// W * k * (index + value bytes) >= 4 n.
   bool dense_switch = true;
 };

@@ -50,7 +50,7 @@ inline void fill(executor& exec, std::span<float> x, float value) {
   });
 }
 
-/// x[i] = x[i] / d for every element (division, not multiplication by 1/d, as SPEC.md's averages).
+/// x[i] = x[i] / d for every element (division, not multiplication by 1/d, as docs/spec.md#averages asks).
 inline void divide(executor& exec, std::span<float> x, float d) {
   exec.for_chunks(x.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
     for (std::size_t i = lo; i < hi; ++i) x[i] /= d;

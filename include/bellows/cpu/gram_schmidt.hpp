@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Modified Gram-Schmidt over the columns of a tall, skinny column-major matrix (PowerSGD's P and
-// Q), as SPEC.md fixes it: column j is divided by (||column j|| + eps), then its projection is
+// Q), as docs/spec.md#orthogonalisation fixes it: column j is divided by (||column j|| + eps), then its projection is
 // removed from every later column. A column of norm 0 stays 0 (never NaN), whatever eps is.
 //
 // One addition to plain MGS: a column that lost more than half its norm to the projections (it

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// QSGD's quantisation (Alistarh et al., NeurIPS 2017) as SPEC.md fixes it: per bucket of d
+// QSGD's quantisation (Alistarh et al., NeurIPS 2017) as docs/spec.md#qsgd fixes it: per bucket of d
 // elements a scale (L2 norm or largest magnitude), then for each element a sign and a level
 // floor(s |v_i| / scale + u_i) in [0, s], s = 2^(b-1) - 1, with u_i uniform in [0, 1) from word i
 // of a Philox stream; codes of b bits (sign in the top bit), packed little-endian within bytes.

@@ -18,7 +18,7 @@
 //     their keys, then nth_element within the bin that holds it). Otherwise (the sample misled,
 //     or ties overflow the workspace) three histogram passes over v find T.
 //  4. Emit: every element with |v| > T and, in index order, the first ones with |v| = T until k
-//     are written in ascending index order (SPEC.md's tie rule): from the candidates alone when
+//     are written in ascending index order (the tie rule of docs/spec.md#top-k): from the candidates alone when
 //     there is no t_hi, else by a pass over v. Candidates not kept go back into `staged`.
 // When t_lo would be 0 (mostly zero data) the candidates are the nonzero elements, and if they
 // are fewer than k, the first zeros in index order complete the count.

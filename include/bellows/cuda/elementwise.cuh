@@ -120,7 +120,7 @@ inline void fill(executor& exec, std::span<float> x, float value) {
   detail::map(exec, x, detail::constant_op{value});
 }
 
-/// x[i] = x[i] / d (division, as SPEC.md's averages).
+/// x[i] = x[i] / d (division, as docs/spec.md#averages fixes it).
 inline void divide(executor& exec, std::span<float> x, float d) {
   detail::map(exec, x, detail::quotient_op{x.data(), d});
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Accordion's regime detector (Agarwal et al., "Accordion: Adaptive Gradient Communication via
-// Critical Learning Regime Identification", MLSys 2021) with the changes SPEC.md marks "bellows",
+// Critical Learning Regime Identification", MLSys 2021) with the changes docs/spec.md#accordion names,
 // and its batch-size variant.
 //
 // Epochs. The detector counts them itself: epoch 0 is in progress after construction, and each
@@ -21,7 +21,7 @@
 //
 // Decision. At the end of a check epoch each rank takes the L2 norm of its own mean gradient per
 // layer (sum / steps observed, in double, rounded to float), one allreduce_sum of those L floats
-// divided by W gives every rank the same per-layer norm, and SPEC.md's rule decides from it
+// divided by W gives every rank the same per-layer norm, and the rule of docs/spec.md#the-rule decides from it
 // alone, so every rank reaches the same decisions without a broadcast.
 #pragma once
 
@@ -237,7 +237,7 @@ private:
     return static_cast<float>(std::sqrt(squares) / static_cast<double>(state_.steps[id]));
   }
 
-  /// SPEC.md's rule: critical with no previous check, a previous norm of 0, or a relative
+  /// The rule of docs/spec.md#the-rule: critical with no previous check, a previous norm of 0, or a relative
   /// change of at least eta.
   [[nodiscard]] bool critical(float prev, float now) const noexcept {
     if (state_.checks == 0 || prev == 0.0f) return true;

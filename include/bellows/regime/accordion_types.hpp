@@ -18,7 +18,7 @@ namespace bellows {
 /// to the per-epoch exchange, and is reported `critical` (the low compression level) forever.
 enum class participation : std::uint8_t { included, excluded };
 
-/// Configuration of the Accordion detector (SPEC.md, "Accordion").
+/// Configuration of the Accordion detector (docs/spec.md#accordion).
 struct accordion_params {
   /// A layer is critical at a check when |norm_prev - norm_now| / norm_prev >= eta.
   float eta = 0.5f;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// What top-k and rand-k share: SPEC.md's rule for k, their payload (ascending indices, then
+// What top-k and rand-k share: the rule for k (docs/spec.md#k-from-a-ratio), their payload (ascending indices, then
 // values) and its complete validation, the per-layer state of a step whose error-memory update
 // waits until every rank's input proved finite, and the functions around it.
 #pragma once
@@ -30,7 +30,7 @@
 
 namespace bellows::detail {
 
-/// k for a layer (SPEC.md, shared rules): `count` when it is > 0 (at most n), else
+/// k for a layer (docs/spec.md#k-from-a-ratio): `count` when it is > 0 (at most n), else
 /// clamp(ceil(ratio * n), 1, n) with ratio in (0, 1]; 0 for a layer with no elements. The
 /// product is computed in double and reduced by a relative 2^-50 before the ceiling, so that a
 /// ratio written in decimal gives the k of that decimal (0.07 of 100 elements is 7, though the
