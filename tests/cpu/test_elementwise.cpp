@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -82,4 +83,24 @@ TEST_CASE("add: out = a + b, in place on either side, for any thread count") {
   std::vector<float> short_out(3);
   bellows::cpu::executor exec(1);
   CHECK_THROWS_AS(bellows::cpu::add(exec, short_out, a, b), bellows::error);
+}
+
+TEST_CASE("divide_by_count: the bits of a division by W, subnormals, zeros and extremes included") {
+  std::vector<float> x = bellows::testing::normal_floats(4096, 11);
+  const float special[] = {0.0f, -0.0f, std::numeric_limits<float>::denorm_min(), -3e-45f, 1.1754942e-38f,
+                           std::numeric_limits<float>::min(), std::numeric_limits<float>::max(),
+                           -std::numeric_limits<float>::max(), 1.0f, 3.0f, 7.0e-39f};
+  std::copy(std::begin(special), std::end(special), x.begin());
+  for (std::size_t i = 100; i < 400; ++i) x[i] *= 1e-40f;  // subnormal inputs and results
+  for (std::size_t w : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 64u, 96u, 1024u, 1u << 20}) {
+    CAPTURE(w);
+    std::vector<float> got = x;
+    bellows::cpu::detail::divide_by_count(got.data(), got.size(), w);
+    std::size_t same = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float want = x[i] / static_cast<float>(w);
+      same += std::memcmp(&want, &got[i], sizeof want) == 0 ? 1 : 0;
+    }
+    CHECK(same == x.size());
+  }
 }

@@ -212,10 +212,10 @@ TEST_CASE("average_dequantize: the rank-order sum of W decoded payloads from 0, 
     unsigned bits;
     std::size_t bucket, n;
   };
-  // Buckets that are and are not multiples of a code block; n = 0 and 1; a layer large enough
-  // for streaming stores (4 MiB of output and more).
+  // Buckets that are and are not multiples of a code block (and larger than a tile); n = 0 and 1;
+  // layers of many tasks.
   const shape shapes[] = {{2, 1, 1},   {4, 7, 5000},   {8, 64, 5000},          {2, 512, 5000}, {8, 1000, 5000},
-                          {4, 33, 0},  {8, 512, 4097}, {8, 512, (1u << 20) + 77}, {4, 100, (1u << 20) + 3}};
+                          {4, 33, 0},  {8, 512, 4097}, {8, 512, (1u << 20) + 77}, {4, 100, (1u << 20) + 3}, {8, 5000, 12345}};
   for (const shape& sh : shapes)
     for (std::size_t w : {1u, 2u, 3u, 5u}) {
       CAPTURE(sh.bits);
@@ -244,7 +244,7 @@ TEST_CASE("average_dequantize: the rank-order sum of W decoded payloads from 0, 
         }
         want[i] = sum / static_cast<float>(w);
       }
-      // The output aligned for streaming stores, and one float off; garbage before the call.
+      // The output aligned, and one float off; garbage in it before the call.
       std::vector<float> storage(sh.n + 1, 7.0f), again(sh.n + 1, -3.0f);
       const std::span<float> aligned(storage.data(), sh.n), shifted(again.data() + 1, sh.n);
       bellows::cpu::average_dequantize(one, parts, l, aligned);

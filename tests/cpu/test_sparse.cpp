@@ -81,7 +81,7 @@ void check_scatter_average(std::size_t n, const std::vector<std::vector<Index>>&
   for (std::size_t r = 0; r < index.size(); ++r) parts.push_back({index[r], value[r]});
   std::vector<std::size_t> cursors(bellows::cpu::scatter_average_cursors(parts.size(), n));
   bellows::cpu::executor one(1), three(3);
-  // Aligned for streaming stores, and one float off; garbage in the output before the call.
+  // Aligned, and one float off; garbage in the output before the call.
   std::vector<float> storage(n + 1, 7.0f), again(n + 1, -3.0f);
   const std::span<float> aligned(storage.data(), n), shifted(again.data() + 1, n);
   bellows::cpu::scatter_average(one, aligned, std::span<const bellows::cpu::sparse_view<Index>>(parts),
@@ -99,7 +99,7 @@ void check_scatter_average(std::size_t n, const std::vector<std::vector<Index>>&
 TEST_CASE("scatter_average: the bits of zeros, rank-order scatter_adds and a division, in one write") {
   using bellows::cpu::average_chunk;
   using bellows::cpu::average_tile;
-  // Sizes around a tile and a task, and one past the streaming threshold (4 MiB of output).
+  // Sizes around a tile and a task, and one of many tasks.
   for (std::size_t n : {std::size_t{1}, average_tile - 1, average_tile + 1, 2 * average_chunk + 3,
                         (std::size_t{1} << 20) + 5}) {
     for (std::size_t w : {1u, 2u, 3u, 8u}) {

@@ -26,6 +26,28 @@ inline constexpr std::size_t elementwise_chunk = std::size_t{1} << 16;
   return static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(v) & 0x7F800000u) == 0x7F800000u);
 }
 
+/// Elements of the tile, on the stack, in which the kernels that average W payloads sum before
+/// they write out (16 KiB: the first-level cache holds it).
+inline constexpr std::size_t average_tile = std::size_t{1} << 12;
+
+namespace detail {
+
+/// x[i] = x[i] / w for len elements, w >= 1 a count of ranks: nothing for 1 (x / 1 is x), a
+/// product with the exact reciprocal for a power of two (x / 2^j and x * 2^-j round the same
+/// real number, so they are the same float, subnormals included), else a division.
+inline void divide_by_count(float* x, std::size_t len, std::size_t w) noexcept {
+  if (w == 1) return;
+  const auto d = static_cast<float>(w);
+  if (std::has_single_bit(w)) {
+    const float inverse = 1.0f / d;
+    for (std::size_t i = 0; i < len; ++i) x[i] *= inverse;
+  } else {
+    for (std::size_t i = 0; i < len; ++i) x[i] /= d;
+  }
+}
+
+}  // namespace detail
+
 /// True when no element is NaN or +-Inf.
 [[nodiscard]] inline bool all_finite(executor& exec, std::span<const float> x) {
   std::atomic<bool> bad{false};

@@ -26,10 +26,10 @@
 
 #include "bellows/core/error.hpp"
 #include "bellows/core/philox.hpp"
+#include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
 #include "bellows/cpu/isa.hpp"
 #include "bellows/cpu/philox_lanes.hpp"
-#include "bellows/cpu/streaming.hpp"
 
 namespace bellows::cpu {
 
@@ -233,33 +233,45 @@ void dequantize_range(std::span<const float> scales, const std::uint8_t* codes, 
 }
 
 /// Buckets [b0, b1) of the average of W payloads: each element's decoded values summed in
-/// payload order from 0.0f, then divided by W, as dequantize_range with accumulation of every
-/// payload into zeros and a division would compute them. Whole code blocks are summed in a
-/// block on the stack and written once (streamed when `stream`), the edges element by element.
+/// payload order from 0.0f, then divided by W, as dequantize_range accumulating every payload
+/// into zeros and a division would compute them. Elements are summed, in order, in a tile on the
+/// stack (code blocks whole, bucket edges one by one), which is divided and copied out whole
+/// each time it fills: one write of `out`, by a copy that the library makes a string move.
 template <unsigned Bits>
 void average_range(std::span<const code_arrays> parts, const code_layout& layout, std::span<float> out,
-                   std::size_t b0, std::size_t b1, bool stream) noexcept {
+                   std::size_t b0, std::size_t b1) noexcept {
   constexpr std::uint32_t mask = (1u << Bits) - 1;
   const auto s = static_cast<float>(layout.levels());
-  const auto divisor = static_cast<float>(parts.size());
+  alignas(64) float tile[average_tile];
+  std::size_t t0 = b0 * layout.bucket, filled = 0;  // tile[j] is out[t0 + j]
+  const auto flush = [&](std::size_t room) {
+    if (filled + room <= average_tile) return;
+    divide_by_count(tile, filled, parts.size());
+    std::copy(tile, tile + filled, out.data() + t0);
+    t0 += filled;
+    filled = 0;
+  };
   for (std::size_t b = b0; b < b1; ++b) {
     const std::size_t lo = b * layout.bucket, hi = std::min(layout.n, lo + layout.bucket);
     const auto [first, last] = whole_blocks(lo, hi);
     const auto one = [&](std::size_t i) {
+      flush(1);
       float sum = 0.0f;
       for (const code_arrays& p : parts)
         sum += decode_code<Bits>((std::uint32_t{p.codes[i * Bits / 8]} >> (i * Bits % 8)) & mask, p.scales[b] / s);
-      out[i] = sum / divisor;
+      tile[filled++] = sum;
     };
     for (std::size_t i = lo; i < first; ++i) one(i);
     for (std::size_t i = first; i < last; i += code_block) {
-      alignas(64) float sum[code_block] = {};
+      flush(code_block);
+      float* sum = tile + filled;
+      std::fill(sum, sum + code_block, 0.0f);
       for (const code_arrays& p : parts) dequantize_block<Bits, true>(p.codes.data(), i, p.scales[b] / s, sum);
-      for (float& x : sum) x /= divisor;
-      copy_out(out.data() + i, sum, code_block, stream);
+      filled += code_block;
     }
     for (std::size_t i = last; i < hi; ++i) one(i);
   }
+  flush(average_tile + 1);
 }
 
 inline void check_codes(const char* what, const code_layout& layout, std::size_t values,
@@ -322,23 +334,21 @@ inline void unpack_dequantize(executor& exec, std::span<const float> scales,
 /// out = (1/W) * the sum, in payload order from 0.0f, of the decoded values of W payloads
 /// (W = parts.size() >= 1): the bits of unpack_dequantize accumulating every payload in order
 /// into zeros, then a division by W, in one pass that reads each payload once and writes each
-/// element of `out` once (with streaming stores when streams_output says so). Scales must be
-/// finite and >= 0.
+/// element of `out` once. Scales must be finite and >= 0.
 inline void average_dequantize(executor& exec, std::span<const code_arrays> parts, const code_layout& layout,
                                std::span<float> out) {
   BELLOWS_EXPECTS(!parts.empty(), "average_dequantize: no payload to average");
   for (const code_arrays& p : parts)
     detail::check_codes("average_dequantize", layout, out.size(), p.scales.size(), p.codes.size());
-  const bool stream = streams_output(out.data(), out.size());
   exec.for_chunks(layout.buckets(), detail::buckets_per_task(layout.bucket), [&](std::size_t b0, std::size_t b1) {
-    run_widest([&] {
-      switch (layout.bits) {
-        case 2: detail::average_range<2>(parts, layout, out, b0, b1, stream); break;
-        case 4: detail::average_range<4>(parts, layout, out, b0, b1, stream); break;
-        default: detail::average_range<8>(parts, layout, out, b0, b1, stream); break;
-      }
-    });
-    if (stream) detail::stream_fence();
+    // The baseline build only, as unpack_dequantize: in the AVX2 build the compiler copies a
+    // block's codes in 16-byte pieces and reads them back in 32-byte ones, which stalls on store
+    // forwarding (measured slower).
+    switch (layout.bits) {
+      case 2: detail::average_range<2>(parts, layout, out, b0, b1); break;
+      case 4: detail::average_range<4>(parts, layout, out, b0, b1); break;
+      default: detail::average_range<8>(parts, layout, out, b0, b1); break;
+    }
   });
 }
 

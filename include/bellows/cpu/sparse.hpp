@@ -11,8 +11,13 @@
 #include <span>
 
 #include "bellows/core/error.hpp"
+#include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
-#include "bellows/cpu/streaming.hpp"
+
+#if defined(__SSE2__) || defined(_M_X64)
+#include <emmintrin.h>
+#define BELLOWS_CPU_SSE2 1
+#endif
 
 namespace bellows::cpu {
 
@@ -37,7 +42,17 @@ inline constexpr std::uint32_t non_finite_key = 0x7F800000u;
 
 namespace detail {
 
+/// Where the kernels that write a whole buffer with streaming stores need it to start: 16 bytes,
+/// which the storage of a std::vector<float> has.
+[[nodiscard]] inline bool stream_aligned(const float* p) noexcept {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+
 #if defined(BELLOWS_CPU_SSE2)
+/// Stores four floats at a 16-byte aligned `at`, bypassing the cache: the destination of a
+/// streaming pass is not read again soon, and this saves reading it first.
+inline void stream_store(float* at, __m128 v) noexcept { _mm_stream_ps(at, v); }
+
 /// lane_masks[m]: all ones in lane i where bit i of m is set.
 struct lane_mask_table {
   alignas(16) std::uint32_t lanes[16][4];
@@ -49,6 +64,13 @@ inline constexpr lane_mask_table lane_masks = [] {
   return t;
 }();
 #endif
+
+/// Orders the streaming stores of this thread before whatever it does next.
+inline void stream_fence() noexcept {
+#if defined(BELLOWS_CPU_SSE2)
+  _mm_sfence();
+#endif
+}
 
 /// One block of 16 elements of v = g + e: writes v to `out` (16-byte aligned) with the elements
 /// of `zero_mask` (bit i: element i) set to zero, without branching on the mask; returns whether
@@ -107,9 +129,8 @@ struct sparse_view {
   std::span<const float> value;
 };
 
-/// Elements per task of scatter_average, and of the tile a task sums in before writing it out.
+/// Elements per task of scatter_average.
 inline constexpr std::size_t average_chunk = std::size_t{1} << 16;
-inline constexpr std::size_t average_tile = std::size_t{1} << 12;
 
 /// The workspace scatter_average needs for W parts and n elements: one cursor per part and task.
 [[nodiscard]] constexpr std::size_t scatter_average_cursors(std::size_t parts, std::size_t n) noexcept {
@@ -120,7 +141,8 @@ inline constexpr std::size_t average_tile = std::size_t{1} << 12;
 /// (W = parts.size() >= 1; each part's indices ascending, distinct, below out.size()). The same
 /// bits as filling out with zeros, scatter_add of each part in order and dividing every element
 /// by W, in one write of `out`: each tile of `average_tile` elements is summed in a buffer on the
-/// stack, divided, and then written out (with streaming stores when streams_output says so).
+/// stack (in the first-level cache), divided, and copied out whole (a copy of that size is a
+/// string move, which writes the lines without reading them first where the processor can).
 /// `cursors` holds scatter_average_cursors(W, n) positions.
 template <class Index>
 void scatter_average(executor& exec, std::span<float> out, std::span<const sparse_view<Index>> parts,
@@ -131,8 +153,6 @@ void scatter_average(executor& exec, std::span<float> out, std::span<const spars
   for (const sparse_view<Index>& p : parts)
     BELLOWS_EXPECTS(p.index.size() == p.value.size(), "scatter_average: ", p.index.size(), " indices, ",
                     p.value.size(), " values");
-  const bool stream = streams_output(out.data(), n);
-  const auto divisor = static_cast<float>(w);
   exec.for_chunks(n, average_chunk, [&](std::size_t lo, std::size_t hi) {
     const std::span<std::size_t> at = cursors.subspan(lo / average_chunk * w, w);
     for (std::size_t r = 0; r < w; ++r)
@@ -149,11 +169,9 @@ void scatter_average(executor& exec, std::span<float> out, std::span<const spars
           tile[static_cast<std::size_t>(index[j]) - t0] += value[j];
         at[r] = j;
       }
-      if (w != 1)  // x / 1 is x
-        for (std::size_t i = 0; i < len; ++i) tile[i] /= divisor;
-      detail::copy_out(out.data() + t0, tile, len, stream);
+      detail::divide_by_count(tile, len, w);
+      std::copy(tile, tile + len, out.data() + t0);
     }
-    if (stream) detail::stream_fence();
   });
 }
 
