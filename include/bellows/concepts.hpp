@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The four concepts a trainer plugs together: Collective, Compressor, ErrorFeedback and
-// RegimeDetector. Each is a numbered list of requirements with a minimal model beside it; every
-// model in bellows is checked against its concept with a static_assert where it is defined.
+// RegimeDetector, and the capabilities the Synchronizer asks for beyond them. Each is a numbered
+// list of requirements with a minimal model or its models named beside it; every model in
+// bellows is checked against its concept with a static_assert where it is defined.
 #pragma once
 
 #include <algorithm>
@@ -17,6 +18,9 @@
 
 namespace bellows {
 
+class checkpoint_writer;  // core/checkpoint.hpp
+class checkpoint_reader;
+
 /// How a compressor exchanges its payloads.
 enum class aggregation : std::uint8_t {
   allreduce,             ///< one allreduce_sum of a dense or shared-index buffer
@@ -26,6 +30,11 @@ enum class aggregation : std::uint8_t {
 
 /// What a regime detector decides for a layer: `critical` layers get the low compression level.
 enum class regime : std::uint8_t { critical, normal };
+
+/// Whether a layer takes part in regime detection. A layer that the compressor would not
+/// compress (PowerSGD's 1-D tensors, say) is `excluded`: it is never accumulated, adds nothing
+/// to the per-epoch exchange, and is reported `critical` (the low compression level) forever.
+enum class participation : std::uint8_t { included, excluded };
 
 /// Collective: the transport of one group of ranks (MPI communicator, NCCL communicator, threads).
 ///  1. `c.rank()` and `c.size()`: this rank's index in [0, size) and the number of ranks, both
@@ -174,6 +183,75 @@ concept RegimeDetector = Collective<Coll> && requires(D& d, std::size_t id, std:
                                                       std::size_t epoch, float lr, Coll& coll) {
   d.observe(id, grad);
   { d.end_epoch(epoch, lr, coll) } -> std::convertible_to<std::span<const regime>>;
+};
+
+// Capabilities: what the Synchronizer (sync/synchronizer.hpp) asks of a compressor or a detector
+// beyond the concepts above. It requires LevelDetector; it uses each of the others where the
+// type models it, and checkpoint() and restore() exist only where both types are checkpointed.
+
+/// CheckpointedCompressor: a compressor whose per-layer state can be written and read back.
+///  1. `c.save(const C::state&, checkpoint_writer&)`: appends everything a later step depends on
+///     (step counter, error memory, PowerSGD's query).
+///  2. `c.load(C::state&, checkpoint_reader&)`: reads what save wrote for the same layer and
+///     configuration, validates all of it before it changes anything, and raises
+///     bellows::wire_error (via the reader) for bytes that do not fit.
+/// Models: identity, topk, randk, powersgd, qsgd.
+template <class C>
+concept CheckpointedCompressor = requires(const C& cc, const typename C::state& in, typename C::state& out,
+                                          checkpoint_writer& w, checkpoint_reader& r) {
+  cc.save(in, w);
+  cc.load(out, r);
+};
+
+/// CheckpointedDetector: a regime detector whose state can be written and read back.
+///  1. `d.save(checkpoint_writer&)` (const): appends the detector's whole state.
+///  2. `d.load(checkpoint_reader&)`: reads it back, validated before anything changes.
+/// Models: accordion, static_policy.
+template <class D>
+concept CheckpointedDetector = requires(const D& cd, D& d, checkpoint_writer& w, checkpoint_reader& r) {
+  cd.save(w);
+  d.load(r);
+};
+
+/// SelectiveCompressor: per-layer participation. A compressor that leaves some layers
+/// uncompressed (averaged exactly) says which, so that those layers take no part in regime
+/// detection (they would gain nothing from a change of level).
+///  1. `c.compresses(const C::state&)` -> bool: false for a layer this configuration averages
+///     uncompressed; fixed for the state's life.
+/// A compressor that does not model it compresses every layer. Model: powersgd (1-D layers, and
+/// those whose factors would not be smaller than the matrix).
+template <class C>
+concept SelectiveCompressor = requires(const C& cc, const typename C::state& st) {
+  { cc.compresses(st) } -> std::convertible_to<bool>;
+};
+
+/// LevelDetector: a regime detector that a Synchronizer drives, layer by layer.
+///  1. `d.add_layer(layer_info, participation)`: registers the next layer (ids 0, 1, 2, ...).
+///  2. `d.regimes()` (const) -> a range of `regime`, one per registered layer: the levels in force.
+///  3. `d.observe(id, std::span<const float> grad)`, as RegimeDetector 1.
+///  4. `d.end_epoch(epoch, lr, collective)` for every Collective the synchronizer is stepped with,
+///     as RegimeDetector 2 (checked where the synchronizer calls it).
+/// Models: accordion, static_policy.
+template <class D>
+concept LevelDetector = requires(D& d, const D& cd, const layer_info& layer, participation p, std::size_t id,
+                                 std::span<const float> grad) {
+  d.add_layer(layer, p);
+  { cd.regimes() } -> std::convertible_to<std::span<const regime>>;
+  d.observe(id, grad);
+};
+
+/// ObservingDetector: the finiteness vote. A detector that reads gradients only in some epochs
+/// says when, so that the synchronizer spends its one allreduce of per-layer finiteness flags
+/// only in those epochs, and hands over gradients the vote found finite on every rank.
+///  1. `d.observing(id)` (const) -> bool: whether layer id's gradient is read in this epoch.
+///  2. `d.observe_finite(id, std::span<const float> grad)`: as observe, for a gradient known to
+///     be finite on every rank (no second scan for NaN or Inf).
+/// A detector that does not model it is taken to observe every layer in every epoch, and gets
+/// observe(). Models: accordion, static_policy (which never observes).
+template <class D>
+concept ObservingDetector = requires(D& d, const D& cd, std::size_t id, std::span<const float> grad) {
+  { cd.observing(id) } -> std::convertible_to<bool>;
+  d.observe_finite(id, grad);
 };
 
 }  // namespace bellows

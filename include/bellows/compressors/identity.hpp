@@ -116,6 +116,7 @@ private:
 };
 
 static_assert(Compressor<identity<>, archetypes::collective>, "identity must model Compressor");
+static_assert(CheckpointedCompressor<identity<>>, "identity must model CheckpointedCompressor");
 static_assert(PayloadCodec<identity<>>, "identity must model PayloadCodec");
 
 }  // namespace bellows

@@ -244,5 +244,7 @@ private:
 };
 
 static_assert(Compressor<powersgd<>, archetypes::collective>, "powersgd must model Compressor");
+static_assert(CheckpointedCompressor<powersgd<>>, "powersgd must model CheckpointedCompressor");
+static_assert(SelectiveCompressor<powersgd<>>, "powersgd must model SelectiveCompressor");
 
 }  // namespace bellows

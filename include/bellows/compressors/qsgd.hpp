@@ -164,6 +164,7 @@ private:
 };
 
 static_assert(Compressor<qsgd<>, archetypes::collective>, "qsgd must model Compressor");
+static_assert(CheckpointedCompressor<qsgd<>>, "qsgd must model CheckpointedCompressor");
 static_assert(PayloadCodec<qsgd<>>, "qsgd must model PayloadCodec");
 
 }  // namespace bellows

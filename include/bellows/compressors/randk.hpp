@@ -149,6 +149,7 @@ private:
 };
 
 static_assert(Compressor<randk<>, archetypes::collective>, "randk must model Compressor");
+static_assert(CheckpointedCompressor<randk<>>, "randk must model CheckpointedCompressor");
 static_assert(PayloadCodec<randk<>>, "randk must model PayloadCodec");
 
 }  // namespace bellows

@@ -129,6 +129,7 @@ private:
 };
 
 static_assert(Compressor<topk<>, archetypes::collective>, "topk must model Compressor");
+static_assert(CheckpointedCompressor<topk<>>, "topk must model CheckpointedCompressor");
 static_assert(PayloadCodec<topk<>>, "topk must model PayloadCodec");
 
 }  // namespace bellows

@@ -325,6 +325,8 @@ private:
 
 static_assert(RegimeDetector<accordion, archetypes::collective>,
               "accordion must model RegimeDetector");
+static_assert(LevelDetector<accordion> && ObservingDetector<accordion> && CheckpointedDetector<accordion>,
+              "accordion must be a checkpointed, observing LevelDetector, as the Synchronizer uses it");
 
 /// Accordion's batch-size variant: the same detector chooses the batch size of each epoch, the
 /// small one while any participating layer is critical, else the large one. (With one layer

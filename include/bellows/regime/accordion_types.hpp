@@ -13,11 +13,6 @@
 
 namespace bellows {
 
-/// Whether a layer takes part in regime detection. A layer that the compressor would not
-/// compress (PowerSGD's 1-D tensors, say) is `excluded`: it is never accumulated, adds nothing
-/// to the per-epoch exchange, and is reported `critical` (the low compression level) forever.
-enum class participation : std::uint8_t { included, excluded };
-
 /// Configuration of the Accordion detector (docs/spec.md#accordion).
 struct accordion_params {
   /// A layer is critical at a check when |norm_prev - norm_now| / norm_prev >= eta.

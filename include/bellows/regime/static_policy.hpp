@@ -44,6 +44,9 @@ public:
     return false;
   }
 
+  /// Nothing to observe (observing is never true); checks the id as observe does.
+  void observe_finite(std::size_t id, std::span<const float> grad) const { (void)observe(id, grad); }
+
   template <Collective C>
   std::span<const regime> end_epoch(std::size_t /*epoch*/, float /*lr*/, C& /*coll*/) const noexcept {
     return regimes_;
@@ -67,5 +70,7 @@ private:
 
 static_assert(RegimeDetector<static_policy, archetypes::collective>,
               "static_policy must model RegimeDetector");
+static_assert(LevelDetector<static_policy> && ObservingDetector<static_policy> && CheckpointedDetector<static_policy>,
+              "static_policy must be a checkpointed, observing LevelDetector, as the Synchronizer uses it");
 
 }  // namespace bellows
