@@ -167,8 +167,8 @@ def train_one(rank, world, args, key, how, data):
                 state.load_state_dict(ck["hook"])
             steps, seconds, history = ck["steps"], ck["seconds"], ck["history"]
         if rank == 0:
-            print(f"{key}: resumed after epoch {start_epoch}" if start_epoch else f"{key}: no checkpoint, from the start",
-                  flush=True)
+            print(f"{key}: resumed after epoch {start_epoch}" if start_epoch
+                  else f"{key}: no checkpoint, from the start", flush=True)
     if folder:
         os.makedirs(folder, exist_ok=True)
     for epoch in range(start_epoch, args.epochs):

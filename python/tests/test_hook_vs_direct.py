@@ -38,29 +38,16 @@ def model():
 
 
 def train(rank, name):
-    events, step_of = [], [0]
-
-    def recording_hook(st, bucket):
-        before = bucket.buffer().clone()
-        names = st.names(bucket)
-        fut = bellows_torch.hook(st, bucket)
-        after = fut.wait().clone()
-        at = 0
-        for key, g in zip(names, bucket.gradients()):
-            n = g.numel()
-            events.append(("grad", step_of[0], bucket.index(), key, before[at:at + n], after[at:at + n]))
-            at += n
-        return fut
-
+    recorder = dist_util.recorder()
     dist._DEFAULT_FIRST_BUCKET_BYTES = 4000  # DDP's first bucket, 1 MiB by default, held them all
     net = DDP(model(), bucket_cap_mb=0.004)  # about 1000 floats a bucket: the first iteration runs
     # one bucket of all six parameters, DDP's rebuild then makes two: every parameter changes place
     state = bellows_torch.State(seed=11, model=net, **CONFIGS[name])
-    net.register_comm_hook(state, recording_hook)
+    net.register_comm_hook(state, recorder)
     opt = torch.optim.SGD(net.parameters(), lr=LRS[0])
     gen = torch.Generator().manual_seed(100 + rank)
     for step in range(STEPS):
-        step_of[0] = step
+        recorder.step = step
         x = torch.randn(16, 1, 8, 8, generator=gen)
         y = torch.randint(0, 10, (16,), generator=gen)
         opt.zero_grad()
@@ -69,25 +56,11 @@ def train(rank, name):
         if (step + 1) % EPOCH_STEPS == 0:
             lr = LRS[min((step + 1) // EPOCH_STEPS, len(LRS) - 1)]
             state.end_epoch(lr)
-            events.append(("epoch", step, lr))
+            recorder.events.append(("epoch", step, lr))
             for g in opt.param_groups:
                 g["lr"] = lr
     shapes = {n: list(p.shape) for n, p in net.module.named_parameters()}
-    return dist_util.gather(dict(events=events, shapes=shapes))
-
-
-def per_step(events):
-    """One rank's events as {step: {name: (input, output)}}, {step: lr} of the epoch ends, and
-    {step: {bucket index: names}}."""
-    grads, lrs, buckets = {}, {}, {}
-    for ev in events:
-        if ev[0] == "epoch":
-            lrs[ev[1]] = ev[2]
-            continue
-        _, step, index, key, before, after = ev
-        grads.setdefault(step, {})[key] = (before, after)
-        buckets.setdefault(step, {}).setdefault(index, []).append(key)
-    return grads, lrs, buckets
+    return dist_util.gather(dict(events=recorder.events, shapes=shapes))
 
 
 class HookMatchesDirect(unittest.TestCase):
@@ -98,7 +71,7 @@ class HookMatchesDirect(unittest.TestCase):
         per_rank = dist_util.run(train, name)
         shapes = per_rank[0]["shapes"]
         names = sorted(shapes)
-        runs = [per_step(r["events"]) for r in per_rank]
+        runs = [dist_util.per_step(r["events"]) for r in per_rank]
         buckets = runs[0][2]
         self.assertGreaterEqual(len(buckets[STEPS - 1]), 2, "the model should span several buckets")
         self.assertNotEqual(buckets[0], buckets[1], "DDP's rebuild should have changed the buckets")

@@ -31,24 +31,12 @@ def bf16_body(rank):
     torch.nn.parallel.distributed._sync_module_states = lambda **_: None  # see the top of the file
     ddp = DDP(net, bucket_cap_mb=0.001)
     state = bellows_torch.State(model=ddp, **OPTIONS)
-    events, step_of = [], [0]
-
-    def recording_hook(st, bucket):
-        before = bucket.buffer().clone()
-        names = st.names(bucket)
-        fut = bellows_torch.hook(st, bucket)
-        after = fut.wait().clone()
-        at = 0
-        for name, g in zip(names, bucket.gradients()):
-            events.append((step_of[0], name, before[at:at + g.numel()], after[at:at + g.numel()]))
-            at += g.numel()
-        return fut
-
-    ddp.register_comm_hook(state, recording_hook)
+    recorder = dist_util.recorder()
+    ddp.register_comm_hook(state, recorder)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(rank)
     for step in range(STEPS):
-        step_of[0] = step
+        recorder.step = step
         x = torch.randn(8, 20, generator=gen)
         opt.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -56,8 +44,8 @@ def bf16_body(rank):
         loss.backward()
         opt.step()
     shapes = {n: list(p.shape) for n, p in net.named_parameters()}
-    return dist_util.gather(dict(events=events, shapes=shapes,
-                                 dtypes={str(ev[2].dtype) for ev in events}))
+    return dist_util.gather(dict(events=recorder.events, shapes=shapes,
+                                 dtypes={str(ev[4].dtype) for ev in recorder.events}))
 
 
 def fp16_body(rank):
@@ -82,12 +70,7 @@ class MixedPrecision(unittest.TestCase):
         shapes = per_rank[0]["shapes"]
         names = sorted(shapes)
         self.assertEqual(per_rank[0]["dtypes"], {"torch.bfloat16"})
-        grads = []
-        for r in per_rank:
-            per = {}
-            for step, name, before, after in r["events"]:
-                per.setdefault(step, {})[name] = (before, after)
-            grads.append(per)
+        grads = [dist_util.per_step(r["events"])[0] for r in per_rank]
         self.assertGreaterEqual(len(grads[0][0]), 2)
         inputs = [[torch.cat([g[s][n][0] for n in names]) for s in range(STEPS)] for g in grads]
         expected = bellows_torch.reference(bellows_torch.config(**OPTIONS), names, [shapes[n] for n in names],

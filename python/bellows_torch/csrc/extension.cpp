@@ -276,17 +276,17 @@ public:
       const at::ScalarType t = g.scalar_type();
       TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf, "bellows_torch: the gradient of '",
                   names[j], "' is ", t, "; float32, bfloat16 and float16 are averaged");
-      entry& e = entry_of(names[j], g.sizes().vec());
+      entry& e = entry_of(names[j], g.sizes());
       const auto n = static_cast<std::size_t>(g.numel());
       if (t == at::kFloat) {
         statuses[j] = e.runner->step(std::span<float>(g.data_ptr<float>(), n), coll_);
         continue;
       }
       // bf16 / fp16: the compressor works on the layer's float32 copy, made once and reused.
-      if (!e.work.defined()) e.work = at::empty({g.numel()}, at::kFloat);
-      e.work.copy_(g.view({-1}));
+      if (!e.work.defined()) e.work = at::empty(g.sizes(), at::kFloat);
+      e.work.copy_(g);
       statuses[j] = e.runner->step(std::span<float>(e.work.data_ptr<float>(), n), coll_);
-      g.view({-1}).copy_(e.work);
+      g.copy_(e.work);
     }
     return statuses;
   }
@@ -365,11 +365,11 @@ private:
     at::Tensor work;  ///< float32 copy of a bf16 / fp16 gradient, made on first use
   };
 
-  entry& entry_of(const std::string& name, const std::vector<std::int64_t>& sizes) {
+  entry& entry_of(const std::string& name, at::IntArrayRef sizes) {
     entry& e = layers_[name];
-    if (!e.runner || e.sizes != sizes) {
+    if (!e.runner || !sizes.equals(e.sizes)) {
       if (e.runner) ++rebuilds_;
-      e = entry{sizes, make_runner(cfg_, *exec_, name, shape_of(sizes)), {}};
+      e = entry{sizes.vec(), make_runner(cfg_, *exec_, name, shape_of(sizes)), {}};
     }
     return e;
   }
