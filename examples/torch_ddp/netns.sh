@@ -9,8 +9,8 @@
 #
 # Usage (as root; not part of CI; bellows_torch installed or on PYTHONPATH):
 #   examples/torch_ddp/netns.sh [--speeds "100mbit 1gbit"] [--delay 1ms] [--out DIR] [train.py options]
-# Default train.py options: --runs allreduce,powersgd-low-sync,powersgd-low --bucket-cap-mb 0.25
-# --epochs 2 --train-limit 8192 --test-limit 2000 (the MLP in four buckets).
+# Default train.py options: --runs allreduce,powersgd-low-sync,powersgd-low --model deep
+# --bucket-cap-mb 1 --epochs 1 --train-limit 8192 --test-limit 2000 (four buckets, 64 steps a run).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,8 +27,8 @@ while (($#)); do
     *) extra+=("$1"); shift ;;
   esac
 done
-((${#extra[@]})) || extra=(--runs allreduce,powersgd-low-sync,powersgd-low --bucket-cap-mb 0.25 --epochs 2
-                           --train-limit 8192 --test-limit 2000)
+((${#extra[@]})) || extra=(--runs allreduce,powersgd-low-sync,powersgd-low --model deep --bucket-cap-mb 1
+                           --epochs 1 --train-limit 8192 --test-limit 2000)
 [[ $(id -u) == 0 ]] || { echo "netns.sh: network namespaces need root" >&2; exit 1; }
 py=${PYTHON:-/usr/bin/python3}
 

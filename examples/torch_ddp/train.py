@@ -54,10 +54,17 @@ def load(prefix, limit):
     return ((x - 0.2860) / 0.3530).unsqueeze(1), y  # the training set's mean and deviation
 
 
-def model():
-    """The MLP 784-256-128-10 of the C++ demo (examples/fmnist)."""
-    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
-                         nn.Linear(128, 10))
+def model(kind):
+    """mlp: the MLP 784-256-128-10 of the C++ demo (examples/fmnist), 235,146 parameters; deep:
+    784-512-512-512-512-10, 1,195,018 parameters (four buckets of DDP's at --bucket-cap-mb 1)."""
+    if kind == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                             nn.Linear(128, 10))
+    layers, width = [nn.Flatten()], 784
+    for _ in range(4):
+        layers += [nn.Linear(width, 512), nn.ReLU()]
+        width = 512
+    return nn.Sequential(*layers, nn.Linear(width, 10))
 
 
 def torch_powersgd_waiting(state, bucket):
@@ -142,7 +149,7 @@ def train_one(rank, world, args, key, how, data):
     (xtr, ytr), (xte, yte) = data
     torch.manual_seed(args.seed)
     dist._DEFAULT_FIRST_BUCKET_BYTES = int(args.bucket_cap_mb * 1024 * 1024)  # in this process
-    net = DDP(model(), bucket_cap_mb=args.bucket_cap_mb)
+    net = DDP(model(args.model), bucket_cap_mb=args.bucket_cap_mb)
     params = sum(p.numel() for p in net.parameters())
     state = None
     if how is not None and how[0] == "torch":
@@ -256,8 +263,9 @@ def main():
     p.add_argument("--runs", default="allreduce,torch-powersgd,powersgd-low,powersgd-high,accordion",
                    help="comma-separated: allreduce, torch-powersgd, powersgd-low, powersgd-high, accordion, "
                         "powersgd-low-sync")
+    p.add_argument("--model", choices=("mlp", "deep"), default="mlp")
     p.add_argument("--bucket-cap-mb", type=float, default=25.0,
-                   help="DDP's bucket size (its first bucket too); 25 (DDP's default) holds this MLP in one")
+                   help="DDP's bucket size (its first bucket too); 25 (DDP's default) holds either model in one")
     p.add_argument("--checkpoint", help="directory: save every worker's state after each epoch")
     p.add_argument("--resume", action="store_true", help="continue from the last epoch saved in --checkpoint")
     p.add_argument("--dist", help="tcp://HOST:PORT of rank 0: run one worker here, of rank --rank")
@@ -285,7 +293,8 @@ def main():
             # the levels in force after each epoch's end_epoch, i.e. during the next epoch
             text += (f"\n\n{r['label']}: compressed layers' levels decided after each epoch: "
                      + ", ".join("/".join(h["levels"]) for h in r["history"]) + ".")
-    setting = (f"{args.workers} gloo workers, {args.epochs} epochs of {args.train_limit} training images "
+    setting = (f"{args.workers} gloo workers, model {args.model} in DDP buckets of {args.bucket_cap_mb} MB, "
+               f"{args.epochs} epochs of {args.train_limit} training images "
                f"(batch {args.batch} per worker, SGD lr {args.lr} momentum 0.9, x0.1 from epoch "
                f"{args.decay_epoch + 1}), test accuracy on {args.test_limit} images; "
                f"{time.time() - start:.0f} s in all, load average {os.getloadavg()[0]:.1f} at the end")
