@@ -2,24 +2,36 @@
 """bellows' gradient compressors and the Accordion policy as a DDP communication hook.
 
     import bellows_torch
-    state = bellows_torch.State("powersgd", low=4, high=1, accordion=True)
+    state = bellows_torch.State("powersgd", low=4, high=1, accordion=True, model=model)
     model.register_comm_hook(state, bellows_torch.hook)
     ...
     state.end_epoch(lr)          # once per epoch, with the next epoch's learning rate
+    torch.save(state.state_dict(), path)           # and state.load_state_dict(torch.load(path))
 
-The hook is synchronous: it compresses, exchanges (through the process group's own collective)
-and averages the bucket before it returns, and hands DDP a future that is already complete.
-CPU tensors only (gloo); the bucket's gradients are averaged in place, layer by layer, through
-views into the bucket, so nothing is copied beyond what each compressor needs.
+The state keeps one bellows synchronizer per parameter, keyed by the parameter's name, so that a
+parameter's error memory and query follow it into whatever bucket DDP puts it in. With
+overlap=True (the default) the hook hands the bucket to the State's worker thread and returns
+a future that thread completes: DDP goes on with the backward pass while the bucket is
+compressed and exchanged. CPU tensors (gloo); float32, bfloat16 and float16 buckets (the
+compressors work in float32, the error memory stays float32).
 """
+import queue
+import threading
+
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from . import _C
 
 __all__ = ["State", "hook", "config", "reference", "FAMILIES"]
 
 FAMILIES = ("identity", "topk", "randk", "powersgd", "qsgd")
+# What state_dict() records of the configuration and load_state_dict() requires to match (not
+# `threads`: the executor's threads change no result).
+CONFIG_FIELDS = ("family", "low", "high", "accordion", "eta", "interval", "feedback", "seed",
+                 "min_compression_rate", "warm_start")
+FORMAT = "bellows_torch.State/1"
 
 
 def config(compressor="powersgd", low=4, high=None, accordion=False, eta=0.5, interval=10,
@@ -42,8 +54,14 @@ def config(compressor="powersgd", low=4, high=None, accordion=False, eta=0.5, in
     return cfg
 
 
+def _config_values(cfg):
+    # As repr strings: PyTorch 1.13's weights_only loader reads no pickled float (opcode BINFLOAT),
+    # and repr round-trips a float exactly.
+    return {field: repr(getattr(cfg, field)) for field in CONFIG_FIELDS}
+
+
 class State:
-    """What the hook keeps between steps: one bellows Synchronizer per DDP bucket.
+    """What the hook keeps between steps: one bellows synchronizer per parameter.
 
     compressor: "identity", "topk", "randk", "powersgd" or "qsgd".
     low: the level in critical regimes (the less compressed one): PowerSGD's rank, top-k's or
@@ -54,65 +72,186 @@ class State:
     error_feedback: "default" (each compressor's own: on for top-k, rand-k, PowerSGD; off for
         QSGD), "residual" or "none".
     seed: key of the random streams (PowerSGD's query, rand-k's indices, QSGD's rounding); the
-        same on every rank.
+        same on every rank. Each parameter's streams are keyed by the seed and its name.
     threads: threads of the CPU executor bellows' kernels use in each process.
     min_compression_rate, warm_start: PowerSGD's, as in PyTorch's PowerSGDState.
-    process_group: the group to average over (default: the default group).
+    model: the module (or its DDP wrapper) whose gradients the hook averages. The state is then
+        keyed by parameter name and made up front, which state_dict() needs. Without it, a
+        gradient is known by its bucket and position ("bucket3.grad1"), and a parameter that DDP
+        moves to another bucket or position starts over.
+    overlap: True: the hook returns at once and the State's worker thread averages the bucket
+        and completes the future; False: the hook averages before it returns.
+    process_group: the group to average over. Default: with overlap, a group of the default
+        group's ranks made for this State (dist.new_group, so every rank must make its States in
+        the same order), so that the worker's exchanges never interleave with anything else;
+        without overlap, the default group.
     """
 
-    def __init__(self, compressor="powersgd", *, process_group=None, **options):
+    def __init__(self, compressor="powersgd", *, process_group=None, model=None, overlap=True, **options):
         self.config = config(compressor, **options)
-        group = process_group if process_group is not None else dist.distributed_c10d._get_default_group()
-        self.process_group = group
-        self._state = _C.HookState(self.config, group)
+        if process_group is None:
+            process_group = dist.new_group() if overlap else dist.distributed_c10d._get_default_group()
+        self.process_group = process_group
+        self.world_size = dist.get_world_size(process_group)
+        self._state = _C.HookState(self.config, process_group)
         self.non_finite_steps = 0
+        self.overlap = bool(overlap)
+        self._names = None
+        if model is not None:
+            if isinstance(model, DistributedDataParallel):
+                model = model.module
+            self._names, self._shapes = {}, {}
+            for name, p in model.named_parameters():
+                if p.requires_grad:
+                    self._names[p.data_ptr()] = name
+                    self._shapes[name] = list(p.shape)
+                    self._state.add(name, list(p.shape))
+        self._queue = queue.Queue()
+        self._worker = None
+        self._error = None
+
+    def names(self, bucket):
+        """The keys of a bucket's gradients: parameter names with a model, else bucket positions."""
+        if self._names is None:
+            return [f"bucket{bucket.index()}.grad{j}" for j in range(len(bucket.gradients()))]
+        try:
+            return [self._names[p.data_ptr()] for p in bucket.parameters()]
+        except KeyError:
+            raise ValueError("bellows_torch: the bucket holds a parameter that is not one of the State's "
+                             "model's (was State(model=...) given the module DDP wraps?)") from None
+
+    def _average(self, names, bucket_buffer, grads, fut):
+        try:
+            if any(self._state.run(names, grads)):
+                # Every rank found a non-finite gradient in the same parameter and left it as it
+                # was; the trainer should skip this step (as a mixed-precision scaler would).
+                self.non_finite_steps += 1
+        except Exception as e:  # handed to whoever waits on the future (DDP re-raises it)
+            fut.set_exception(e)
+            return
+        fut.set_result(bucket_buffer)
+
+    def _work(self):
+        while True:
+            job = self._queue.get()
+            try:
+                if job is None:
+                    return
+                self._average(*job)
+            finally:
+                self._queue.task_done()
+
+    def submit(self, bucket):
+        """Averages a bucket (in the worker with overlap, else now); returns its future."""
+        fut = torch.futures.Future()
+        job = (self.names(bucket), bucket.buffer(), bucket.gradients(), fut)
+        if not self.overlap:
+            self._average(*job)
+            return fut
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._work, name="bellows_torch", daemon=True)
+            self._worker.start()
+        self._queue.put(job)
+        return fut
+
+    def wait(self):
+        """Returns when the worker has averaged every bucket handed to it so far."""
+        self._queue.join()
+
+    def close(self):
+        """Stops the worker thread (after the buckets in its queue); the hook restarts it."""
+        if self._worker is not None:
+            self._queue.put(None)
+            self._worker.join()
+            self._worker = None
 
     def end_epoch(self, lr):
-        """Ends the epoch on every bucket (call it on every rank): `lr` is the learning rate of the
-        epoch that starts next. Accordion decides the levels of the next epochs here."""
+        """Ends the epoch on every parameter (call it on every rank): `lr` is the learning rate of
+        the epoch that starts next. Accordion decides the levels of the next epochs here."""
+        self.wait()
         self._state.end_epoch(float(lr))
 
     def telemetry(self):
-        """{bucket index: [per-layer dicts: name, compressed, level, steps, skipped, bytes, floats]}"""
+        """{key: dict of compressed, level, steps, skipped, bytes, floats} per parameter."""
+        self.wait()
         return self._state.telemetry()
 
     def floats_sent(self):
-        """Values this rank has handed to the collective so far, over all buckets and steps."""
-        return sum(layer["floats"] for layers in self.telemetry().values() for layer in layers)
+        """Values this rank has handed to the collective so far, over all parameters and steps."""
+        return sum(layer["floats"] for layer in self.telemetry().values())
 
     def prepare(self, bucket):
-        """Makes the synchronizer of a bucket as the hook would, without a step (so that query()
-        shows the initial query)."""
-        self._state.prepare(bucket.index(), bucket.buffer(), bucket.gradients())
+        """Makes the synchronizers of a bucket's parameters as the hook would, without a step (so
+        that query() shows the initial query)."""
+        for name, g in zip(self.names(bucket), bucket.gradients()):
+            self._state.add(name, list(g.shape))
 
-    def query(self, bucket_index, layer):
-        """PowerSGD's query of one layer of a bucket, as a (rank, m) tensor (row j: column j of Q)."""
-        return self._state.query(bucket_index, layer)
+    def query(self, name):
+        """PowerSGD's query of one parameter, as a (rank, m) tensor (row j: column j of Q)."""
+        self.wait()
+        return self._state.query(name)
 
     def rebuilds(self):
-        """How often a bucket was seen with other parameters than before (DDP rebuilds its buckets
-        once after the first iteration); each time that bucket's state starts over."""
+        """How often a key was seen with another shape than before (only bucket-position keys,
+        without a model, can be): each time that key's state started over."""
         return self._state.rebuilds()
+
+    def state_dict(self):
+        """Everything the hook carries from step to step, for torch.save: the configuration, the
+        world size, the non-finite step count, and per parameter name its shape and one uint8
+        tensor (its synchronizer's checkpoint: compressor state, detector, counters). Plain
+        values and tensors only, so torch.load(..., weights_only=True) reads it."""
+        if self._names is None:
+            raise ValueError("bellows_torch: state_dict() needs State(..., model=module), to key the "
+                             "state by parameter name")
+        self.wait()
+        shapes, layers = {}, {}
+        for name, (shape, data) in self._state.state().items():
+            shapes[name], layers[name] = list(shape), data
+        return dict(format=FORMAT, config=_config_values(self.config), world_size=self.world_size,
+                    non_finite_steps=self.non_finite_steps, shapes=shapes, layers=layers)
+
+    def load_state_dict(self, d):
+        """Restores state_dict() output into this State (on every rank, its own rank's dict),
+        before training resumes. Refuses (ValueError or RuntimeError, nothing changed) a dict of
+        another compressor or levels, another world size, or other parameters."""
+        if self._names is None:
+            raise ValueError("bellows_torch: load_state_dict() needs State(..., model=module)")
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise ValueError(f"bellows_torch: not a State.state_dict() of this version (format {FORMAT})")
+        mine = _config_values(self.config)
+        differ = [f"{k}: saved {d['config'].get(k)!r}, this State {v!r}" for k, v in mine.items()
+                  if d["config"].get(k) != v]
+        if differ:
+            raise ValueError("bellows_torch: the saved state is of another configuration (" + "; ".join(differ) + ")")
+        if d["world_size"] != self.world_size:
+            raise ValueError(f"bellows_torch: the saved state is of {d['world_size']} ranks, this group has "
+                             f"{self.world_size}")
+        expected = set(self._shapes)
+        saved = set(d["layers"])
+        if saved != expected:
+            raise ValueError("bellows_torch: the saved state is of other parameters (missing: "
+                             f"{sorted(expected - saved)}, unknown: {sorted(saved - expected)})")
+        reshaped = [f"{n}: saved {list(d['shapes'][n])}, the model's {s}" for n, s in self._shapes.items()
+                    if list(d["shapes"][n]) != s]
+        if reshaped:
+            raise ValueError("bellows_torch: the saved state is of parameters of other shapes (" +
+                             "; ".join(reshaped) + ")")
+        self.wait()
+        self._state.load({name: (d["shapes"][name], d["layers"][name]) for name in saved})
+        self.non_finite_steps = int(d["non_finite_steps"])
 
 
 def hook(state, bucket):
     """The communication hook: register with model.register_comm_hook(state, hook)."""
-    buffer = bucket.buffer()
-    statuses = state._state.run(bucket.index(), buffer, bucket.gradients())
-    if any(statuses):
-        # Every rank found a non-finite gradient in the same layer and left the bucket as it was;
-        # the trainer should skip this step (as a mixed-precision scaler would).
-        state.non_finite_steps += 1
-    fut = torch.futures.Future()
-    fut.set_result(buffer)
-    return fut
+    return state.submit(bucket)
 
 
-def reference(cfg, bucket_index, shapes, inputs, end_epoch_lr=()):
-    """bellows called directly on bellows' own threads collective: inputs[r][s] is rank r's flat
-    bucket at step s (the gradients of `shapes` one after the other); returns the averaged
-    buckets. end_epoch_lr[s] > 0 ends an epoch after step s with that learning rate. cfg: a
-    State or config(...)."""
+def reference(cfg, names, shapes, inputs, end_epoch_lr=()):
+    """bellows called directly on bellows' own threads collective, one synchronizer per layer
+    names[j] of shape shapes[j]: inputs[r][s] is rank r's gradients at step s (the layers one after
+    the other); returns the averaged gradients in float32. end_epoch_lr[s] > 0 ends an epoch after
+    step s with that learning rate. cfg: a State or config(...)."""
     cfg = cfg.config if isinstance(cfg, State) else cfg
-    return _C.reference(cfg, int(bucket_index), [list(s) for s in shapes],
+    return _C.reference(cfg, list(names), [list(s) for s in shapes],
                         [list(steps) for steps in inputs], [float(v) for v in end_epoch_lr])

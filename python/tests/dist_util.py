@@ -34,3 +34,40 @@ def gather(obj):
     objs = [None] * dist.get_world_size()
     dist.all_gather_object(objs, obj)
     return objs
+
+
+def recorder():
+    """A communication hook: bellows_torch.hook, waited for, recording per parameter the gradient
+    before and after averaging as ("grad", step, bucket index, name, before, after) in its
+    `events` (set its `step` before each backward pass; a test may add ("epoch", step, lr))."""
+    import bellows_torch
+
+    def recording_hook(state, bucket):
+        before = bucket.buffer().clone()
+        names = state.names(bucket)
+        fut = bellows_torch.hook(state, bucket)
+        after = fut.wait().clone()
+        at = 0
+        for name, g in zip(names, bucket.gradients()):
+            n = g.numel()
+            recording_hook.events.append(("grad", recording_hook.step, bucket.index(), name, before[at:at + n],
+                                          after[at:at + n]))
+            at += n
+        return fut
+
+    recording_hook.events, recording_hook.step = [], 0
+    return recording_hook
+
+
+def per_step(events):
+    """Recorder events of one rank as {step: {name: (input, output)}}, {step: lr} of the epoch
+    ends, and {step: {bucket index: names}}."""
+    grads, lrs, buckets = {}, {}, {}
+    for ev in events:
+        if ev[0] == "epoch":
+            lrs[ev[1]] = ev[2]
+            continue
+        _, step, index, name, before, after = ev
+        grads.setdefault(step, {})[name] = (before, after)
+        buckets.setdefault(step, {}).setdefault(index, []).append(name)
+    return grads, lrs, buckets

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Every compressor through the DDP hook (2 gloo processes, a real DDP model with several buckets,
-SGD steps between) gives, bucket by bucket and step by step, the same averaged gradients as bellows
-called directly (its synchronizer on its own threads collective) on the inputs the hook received.
+"""Every compressor through the DDP hook (2 gloo processes, a real DDP model with several buckets that
+DDP rebuilds after the first iteration, SGD steps between) gives, parameter by parameter and step by
+step, the same averaged gradients as bellows called directly (one synchronizer per parameter on its
+own threads collective, no buckets) on the inputs the hook received: each parameter's state
+follows it across the rebuild.
 Both sides run the same float arithmetic on the same inputs and gloo sums two ranks as a + b, as
 bellows' local collective does, so the comparison is exact."""
 import unittest
@@ -35,27 +37,17 @@ def model():
                          nn.ReLU(), nn.Linear(32, 10))
 
 
-def layout(bucket):
-    base = bucket.buffer().data_ptr()
-    return tuple(((g.data_ptr() - base) // 4, tuple(g.shape)) for g in bucket.gradients())
-
-
 def train(rank, name):
-    state = bellows_torch.State(seed=11, **CONFIGS[name])
-    events = []
-
-    def recording_hook(st, bucket):
-        before = bucket.buffer().clone()
-        fut = bellows_torch.hook(st, bucket)
-        events.append(("step", bucket.index(), layout(bucket), before, fut.wait().clone()))
-        return fut
-
+    recorder = dist_util.recorder()
     dist._DEFAULT_FIRST_BUCKET_BYTES = 4000  # DDP's first bucket, 1 MiB by default, held them all
-    net = DDP(model(), bucket_cap_mb=0.004)  # about 1000 floats a bucket: several buckets
-    net.register_comm_hook(state, recording_hook)
+    net = DDP(model(), bucket_cap_mb=0.004)  # about 1000 floats a bucket: the first iteration runs
+    # one bucket of all six parameters, DDP's rebuild then makes two: every parameter changes place
+    state = bellows_torch.State(seed=11, model=net, **CONFIGS[name])
+    net.register_comm_hook(state, recorder)
     opt = torch.optim.SGD(net.parameters(), lr=LRS[0])
     gen = torch.Generator().manual_seed(100 + rank)
     for step in range(STEPS):
+        recorder.step = step
         x = torch.randn(16, 1, 8, 8, generator=gen)
         y = torch.randint(0, 10, (16,), generator=gen)
         opt.zero_grad()
@@ -64,61 +56,41 @@ def train(rank, name):
         if (step + 1) % EPOCH_STEPS == 0:
             lr = LRS[min((step + 1) // EPOCH_STEPS, len(LRS) - 1)]
             state.end_epoch(lr)
-            events.append(("epoch", lr))
+            recorder.events.append(("epoch", step, lr))
             for g in opt.param_groups:
                 g["lr"] = lr
-    return dist_util.gather(events)
-
-
-def segments(events):
-    """Splits one rank's events into runs of one bucket with one layout (the hook starts a new
-    synchronizer when the layout changes): {(index, layout, n): (inputs, outputs, end_epoch_lr)}."""
-    current, out, seen = {}, {}, {}
-    for ev in events:
-        if ev[0] == "epoch":
-            for key in current.values():
-                out[key][2][-1] = ev[1]
-            continue
-        _, index, lay, before, after = ev
-        if index not in current or current[index][1] != lay:
-            seen[(index, lay)] = seen.get((index, lay), 0) + 1
-            current[index] = (index, lay, seen[(index, lay)])
-            out[current[index]] = ([], [], [])
-        ins, outs, lrs = out[current[index]]
-        ins.append(before)
-        outs.append(after)
-        lrs.append(0.0)
-    return out
+    shapes = {n: list(p.shape) for n, p in net.module.named_parameters()}
+    return dist_util.gather(dict(events=recorder.events, shapes=shapes))
 
 
 class HookMatchesDirect(unittest.TestCase):
+    """DDP with several buckets, rebuilt after the first iteration, against bellows with no
+    buckets at all (one synchronizer per parameter, fed the same gradients)."""
+
     def check(self, name):
         per_rank = dist_util.run(train, name)
-        segs = [segments(events) for events in per_rank]
-        self.assertEqual(segs[0].keys(), segs[1].keys())
-        self.assertGreaterEqual(len({key[0] for key in segs[0]}), 2, "the model should span several buckets")
+        shapes = per_rank[0]["shapes"]
+        names = sorted(shapes)
+        runs = [dist_util.per_step(r["events"]) for r in per_rank]
+        buckets = runs[0][2]
+        self.assertGreaterEqual(len(buckets[STEPS - 1]), 2, "the model should span several buckets")
+        self.assertNotEqual(buckets[0], buckets[1], "DDP's rebuild should have changed the buckets")
+        self.assertEqual(sorted(runs[0][0]), list(range(STEPS)))
+        lrs = [runs[0][1].get(step, 0.0) for step in range(STEPS)]
+        inputs = [[torch.cat([grads[step][n][0] for n in names]) for step in range(STEPS)] for grads, _, _ in runs]
         cfg = bellows_torch.config(seed=11, **CONFIGS[name])
-        compared = 0
-        for key, (ins0, outs0, lrs) in segs[0].items():
-            index, lay, _ = key
-            shapes = [shape for _, shape in lay]
-            inputs = [segs[r][key][0] for r in range(dist_util.WORLD)]
-            expected = bellows_torch.reference(cfg, index, shapes, inputs, lrs)
-            for r in range(dist_util.WORLD):
-                for step, (got, want) in enumerate(zip(segs[r][key][1], expected[r])):
-                    self.assertTrue(torch.equal(got, want),
-                                    f"{name}: bucket {index} rank {r} step {step}: max difference "
-                                    f"{(got - want).abs().max().item()}")
-                    compared += 1
-            if name == "identity":  # the reference itself: the plain mean over ranks
-                for step in range(len(ins0)):
-                    mean = (inputs[0][step] + inputs[1][step]) / 2
-                    self.assertTrue(torch.equal(expected[0][step], mean))
-            if name != "identity" and index == 0 and len(ins0) > 2:
-                # a compressor that changes nothing would pass the comparison: make sure it did
-                mean = (inputs[0][-1] + inputs[1][-1]) / 2
-                self.assertFalse(torch.allclose(outs0[-1], mean))
-        self.assertGreater(compared, STEPS)
+        expected = bellows_torch.reference(cfg, names, [shapes[n] for n in names], inputs, lrs)
+        for r, (grads, _, _) in enumerate(runs):
+            for step in range(STEPS):
+                got = torch.cat([grads[step][n][1] for n in names])
+                want = expected[r][step]
+                self.assertTrue(torch.equal(got, want), f"{name}: rank {r} step {step}: max difference "
+                                f"{(got - want).abs().max().item()}")
+        mean = (inputs[0][-1] + inputs[1][-1]) / 2
+        if name == "identity":  # the reference itself: the plain mean over ranks
+            self.assertTrue(torch.equal(expected[0][-1], mean))
+        else:  # a compressor that changes nothing would pass the comparison: make sure it did
+            self.assertFalse(torch.allclose(expected[0][-1], mean))
 
     def test_identity(self):
         self.check("identity")

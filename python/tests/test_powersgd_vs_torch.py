@@ -79,7 +79,7 @@ def torch_layout_queries(ours):
     qs, p_size = [], 0
     for group in by_shape.values():
         for j in group:
-            q = ours.query(0, j)  # (r, m): row i is column i of Q
+            q = ours.query(f"bucket0.grad{j}")  # (r, m): row i is column i of Q
             if q.numel():
                 qs.append(q.t().flatten())
                 p_size += SHAPES[j][0] * q.shape[0]
@@ -111,7 +111,8 @@ def compare(rank, matrix_rank, feedback, share_query=True):
             step_errors.append(((a - b).abs().max() / b.abs().max()).item())
             at += n
         errors.append(step_errors)
-    compressed = [layer["compressed"] for layer in ours.telemetry()[0]]
+    telemetry = ours.telemetry()
+    compressed = [telemetry[f"bucket0.grad{j}"]["compressed"] for j in range(len(SHAPES))]
     mean = (gradient(0, STEPS - 1) + gradient(1, STEPS - 1)) / 2
     return dict(errors=errors, compressed=compressed, changed=not torch.allclose(mine, mean, atol=1e-3))
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // bellows_torch._C: the C++ half of the PyTorch DDP communication hook. A hook_state holds one
-// bellows::synchronizer per DDP bucket; each call of the hook hands it the bucket's flat buffer
-// and the per-parameter gradient views into it, and the synchronizer averages them in place
+// bellows::synchronizer per parameter, keyed by the parameter's name, so that a parameter's state
+// follows it into whatever DDP bucket holds it. Each call of the hook hands it the names of a
+// bucket's parameters and their gradient views into the bucket; each synchronizer averages its
+// gradient in place (float32 buckets) or in a float32 working copy of its own (bf16, fp16)
 // through the process group's own collective (c10d, so gloo on CPU), wrapped as a bellows
 // Collective. The reference() function runs the same synchronizers on bellows' local (threads)
 // collective, for the tests to compare the hook with.
@@ -36,8 +38,9 @@ namespace {
 
 namespace py = pybind11;
 
-/// A c10d process group as a bellows Collective. Every call waits for its work: the hook is
-/// synchronous. allgather gathers the block sizes first, then blocks padded to the largest.
+/// A c10d process group as a bellows Collective. Every call waits for its work (the hook's
+/// asynchrony is one worker thread above this, see State in __init__.py). allgather gathers the
+/// block sizes first, then blocks padded to the largest.
 class process_group_collective {
 public:
   explicit process_group_collective(c10::intrusive_ptr<c10d::ProcessGroup> group)
@@ -99,9 +102,12 @@ struct hook_config {
   bool warm_start = true;
 };
 
-/// Key of a bucket's random streams: layer ids restart at 0 in every bucket's synchronizer.
-std::uint64_t bucket_seed(std::uint64_t seed, std::size_t bucket) {
-  return seed + 0x9E3779B97F4A7C15ULL * static_cast<std::uint64_t>(bucket);
+/// Key of a parameter's random streams: the seed mixed with an FNV-1a hash of the parameter's
+/// name, so that the streams do not depend on the bucket or the position that holds it.
+std::uint64_t layer_seed(std::uint64_t seed, const std::string& name) {
+  std::uint64_t h = 0xCBF29CE484222325ULL;
+  for (const char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001B3ULL;
+  return seed + 0x9E3779B97F4A7C15ULL * h;
 }
 
 template <class Params>
@@ -112,74 +118,69 @@ void set_feedback(Params& p, const std::string& name) {
   p.feedback = name == "residual" ? bellows::feedback::residual : bellows::feedback::none;
 }
 
-/// The type-erased synchronizer of one bucket.
-struct bucket_runner {
-  virtual ~bucket_runner() = default;
-  virtual void step(std::span<const std::span<float>> grads, process_group_collective& coll) = 0;
-  virtual void step(std::span<const std::span<float>> grads, bellows::collectives::local& coll) = 0;
+/// The type-erased synchronizer of one parameter (a synchronizer with one layer).
+struct layer_runner {
+  virtual ~layer_runner() = default;
+  virtual std::uint8_t step(std::span<float> grad, process_group_collective& coll) = 0;
+  virtual std::uint8_t step(std::span<float> grad, bellows::collectives::local& coll) = 0;
   virtual void end_epoch(float lr, process_group_collective& coll) = 0;
   virtual void end_epoch(float lr, bellows::collectives::local& coll) = 0;
-  [[nodiscard]] virtual std::vector<bellows::layer_telemetry> telemetry() const = 0;
-  [[nodiscard]] virtual std::vector<std::uint8_t> last_statuses() const = 0;
-  /// PowerSGD only: layer id's query Q (m x r column-major, as r rows of m); empty otherwise.
-  [[nodiscard]] virtual std::vector<float> query(std::size_t id, std::size_t& columns) const = 0;
+  [[nodiscard]] virtual bellows::layer_telemetry telemetry() const = 0;
+  /// PowerSGD only: the query Q (m x r column-major, as r rows of m); empty otherwise.
+  [[nodiscard]] virtual std::vector<float> query(std::size_t& columns) const = 0;
+  /// The synchronizer's checkpoint bytes (compressor state, detector, counters, telemetry).
+  [[nodiscard]] virtual std::vector<std::byte> checkpoint() const = 0;
+  /// Restores checkpoint() bytes of a runner of the same configuration, name and shape; raises
+  /// bellows::wire_error and changes nothing otherwise.
+  virtual void restore(std::span<const std::byte> bytes) = 0;
 };
 
 template <class C, class D>
-class runner final : public bucket_runner {
+class runner final : public layer_runner {
 public:
-  runner(C low, C high, D detector, bellows::cpu::executor& exec, std::size_t bucket,
-         std::span<const bellows::shape> shapes)
+  runner(C low, C high, D detector, bellows::cpu::executor& exec, const std::string& name,
+         const bellows::shape& shape)
       : sync_(std::move(low), std::move(high), std::move(detector), exec) {
-    for (std::size_t j = 0; j < shapes.size(); ++j)
-      sync_.add_layer("bucket" + std::to_string(bucket) + ".grad" + std::to_string(j), shapes[j]);
+    sync_.add_layer(name, shape);
   }
-  void step(std::span<const std::span<float>> grads, process_group_collective& coll) override {
-    remember(sync_.step(grads, coll));
+  std::uint8_t step(std::span<float> grad, process_group_collective& coll) override {
+    return static_cast<std::uint8_t>(sync_.step(std::span<const std::span<float>>(&grad, 1), coll)[0]);
   }
-  void step(std::span<const std::span<float>> grads, bellows::collectives::local& coll) override {
-    remember(sync_.step(grads, coll));
+  std::uint8_t step(std::span<float> grad, bellows::collectives::local& coll) override {
+    return static_cast<std::uint8_t>(sync_.step(std::span<const std::span<float>>(&grad, 1), coll)[0]);
   }
   void end_epoch(float lr, process_group_collective& coll) override { sync_.end_epoch(lr, coll); }
   void end_epoch(float lr, bellows::collectives::local& coll) override { sync_.end_epoch(lr, coll); }
-  [[nodiscard]] std::vector<bellows::layer_telemetry> telemetry() const override {
-    return {sync_.telemetry().begin(), sync_.telemetry().end()};
-  }
-  [[nodiscard]] std::vector<std::uint8_t> last_statuses() const override { return statuses_; }
-  [[nodiscard]] std::vector<float> query(std::size_t id, std::size_t& columns) const override {
+  [[nodiscard]] bellows::layer_telemetry telemetry() const override { return sync_.telemetry()[0]; }
+  [[nodiscard]] std::vector<float> query(std::size_t& columns) const override {
     columns = 0;
     if constexpr (requires(const typename C::state& s) { s.query; s.rank; }) {
-      const auto& st = sync_.state(id);
+      const auto& st = sync_.state(0);
       columns = st.rank;
       return {st.query.begin(), st.query.begin() + static_cast<std::ptrdiff_t>(st.rank * st.cols)};
     }
     return {};
   }
+  [[nodiscard]] std::vector<std::byte> checkpoint() const override { return sync_.checkpoint(); }
+  void restore(std::span<const std::byte> bytes) override { sync_.restore(bytes); }
 
 private:
-  void remember(std::span<const bellows::step_status> s) {
-    statuses_.resize(s.size());
-    for (std::size_t i = 0; i < s.size(); ++i) statuses_[i] = static_cast<std::uint8_t>(s[i]);
-  }
   bellows::synchronizer<C, D> sync_;
-  std::vector<std::uint8_t> statuses_;
 };
 
 template <class C>
-std::unique_ptr<bucket_runner> with_detector(const hook_config& cfg, C low, C high,
-                                             bellows::cpu::executor& exec, std::size_t bucket,
-                                             std::span<const bellows::shape> shapes) {
+std::unique_ptr<layer_runner> with_detector(const hook_config& cfg, C low, C high, bellows::cpu::executor& exec,
+                                            const std::string& name, const bellows::shape& shape) {
   if (cfg.accordion) {
     bellows::accordion_params p;
     p.eta = cfg.eta;
     p.interval = cfg.interval;
     p.validate();
     return std::make_unique<runner<C, bellows::accordion>>(
-        std::move(low), std::move(high), bellows::accordion(p, exec), exec, bucket, shapes);
+        std::move(low), std::move(high), bellows::accordion(p, exec), exec, name, shape);
   }
   return std::make_unique<runner<C, bellows::static_policy>>(
-      std::move(low), std::move(high), bellows::static_policy(bellows::regime::critical), exec,
-      bucket, shapes);
+      std::move(low), std::move(high), bellows::static_policy(bellows::regime::critical), exec, name, shape);
 }
 
 /// Top-k's or rand-k's parameters at one level (a ratio).
@@ -192,21 +193,21 @@ Params sparse_params(const hook_config& cfg, double ratio, std::uint64_t seed) {
   return p;
 }
 
-/// The synchronizer of one bucket for a configuration; the hook and reference() both use it.
-std::unique_ptr<bucket_runner> make_runner(const hook_config& cfg, bellows::cpu::executor& exec,
-                                           std::size_t bucket, std::span<const bellows::shape> shapes) {
-  const std::uint64_t seed = bucket_seed(cfg.seed, bucket);
+/// The synchronizer of one parameter for a configuration; the hook and reference() both use it.
+std::unique_ptr<layer_runner> make_runner(const hook_config& cfg, bellows::cpu::executor& exec,
+                                          const std::string& name, const bellows::shape& shape) {
+  const std::uint64_t seed = layer_seed(cfg.seed, name);
   const double high = cfg.accordion ? cfg.high : cfg.low;
   if (cfg.family == "identity")
-    return with_detector(cfg, bellows::identity<>(exec), bellows::identity<>(exec), exec, bucket, shapes);
+    return with_detector(cfg, bellows::identity<>(exec), bellows::identity<>(exec), exec, name, shape);
   if (cfg.family == "topk")
     return with_detector(cfg, bellows::topk<>(sparse_params<bellows::topk_params>(cfg, cfg.low, seed), exec),
                          bellows::topk<>(sparse_params<bellows::topk_params>(cfg, high, seed), exec),
-                         exec, bucket, shapes);
+                         exec, name, shape);
   if (cfg.family == "randk")
     return with_detector(cfg, bellows::randk<>(sparse_params<bellows::randk_params>(cfg, cfg.low, seed), exec),
                          bellows::randk<>(sparse_params<bellows::randk_params>(cfg, high, seed), exec),
-                         exec, bucket, shapes);
+                         exec, name, shape);
   if (cfg.family == "powersgd") {
     auto make = [&](double rank) {
       BELLOWS_EXPECTS(rank >= 1 && rank == static_cast<double>(static_cast<std::size_t>(rank)),
@@ -220,7 +221,7 @@ std::unique_ptr<bucket_runner> make_runner(const hook_config& cfg, bellows::cpu:
       return p;
     };
     return with_detector(cfg, bellows::powersgd<>(make(cfg.low), exec),
-                         bellows::powersgd<>(make(high), exec), exec, bucket, shapes);
+                         bellows::powersgd<>(make(high), exec), exec, name, shape);
   }
   if (cfg.family == "qsgd") {
     auto make = [&](double bits) {
@@ -232,7 +233,7 @@ std::unique_ptr<bucket_runner> make_runner(const hook_config& cfg, bellows::cpu:
       return p;
     };
     return with_detector(cfg, bellows::qsgd<>(make(cfg.low), exec), bellows::qsgd<>(make(high), exec),
-                         exec, bucket, shapes);
+                         exec, name, shape);
   }
   bellows::detail::fail("bellows_torch: unknown compressor '", cfg.family,
                         "' (identity, topk, randk, powersgd or qsgd)");
@@ -244,130 +245,160 @@ bellows::shape shape_of(at::IntArrayRef sizes) {
   return s;
 }
 
-/// One bucket as the hook last saw it: where each gradient starts in the buffer, and its shape.
-struct bucket_layout {
-  std::vector<std::int64_t> offsets;
-  std::vector<std::vector<std::int64_t>> sizes;
-  friend bool operator==(const bucket_layout&, const bucket_layout&) = default;
-};
-
-/// The state behind bellows_torch.State: one synchronizer per bucket index, made when the bucket
-/// is first seen and made again (state lost) if DDP rebuilds that bucket with other parameters,
-/// as it does once after the first iteration.
+/// The state behind bellows_torch.State: one synchronizer per parameter name, made when the name
+/// is first seen (or up front by add()). A name seen again with another shape (only the
+/// bucket-position names of a State without a model can do that) starts over and counts as a
+/// rebuild.
 class hook_state {
 public:
   hook_state(hook_config cfg, const c10::intrusive_ptr<c10d::ProcessGroup>& group)
       : cfg_(std::move(cfg)), exec_(std::make_unique<bellows::cpu::executor>(cfg_.threads)), coll_(group) {
     // Fail at construction on a bad configuration, not in the first backward pass.
-    (void)make_runner(cfg_, *exec_, 0, {});
+    (void)make_runner(cfg_, *exec_, "check", shape_of({1}));
   }
 
-  /// Averages one bucket in place: `buffer` is the flat bucket, `grads` the per-parameter views
-  /// into it. Returns one status per gradient (0 ok, 1 non-finite: the buffer was left as it was).
-  std::vector<std::uint8_t> run(std::size_t index, const at::Tensor& buffer, const std::vector<at::Tensor>& grads) {
-    std::vector<std::span<float>> spans;
-    bucket_runner& r = prepare(index, buffer, grads, &spans);
-    {
-      py::gil_scoped_release unlocked;
-      r.step(spans, coll_);
+  /// Makes the synchronizer of a parameter (if `name` is new or its shape changed) without a step.
+  void add(const std::string& name, const std::vector<std::int64_t>& sizes) { (void)entry_of(name, sizes); }
+
+  /// Averages one bucket in place: `grads` are the views of its parameters `names` into the
+  /// bucket (float32, bfloat16 or float16, all of the bucket's dtype). Returns one status per
+  /// gradient (0 ok, 1 non-finite: that gradient was left as it was).
+  std::vector<std::uint8_t> run(const std::vector<std::string>& names, const std::vector<at::Tensor>& grads) {
+    TORCH_CHECK(names.size() == grads.size(), "bellows_torch: ", names.size(), " names for ", grads.size(),
+                " gradients");
+    std::vector<std::uint8_t> statuses(grads.size());
+    py::gil_scoped_release unlocked;
+    for (std::size_t j = 0; j < grads.size(); ++j) {
+      const at::Tensor& g = grads[j];
+      TORCH_CHECK(g.device().is_cpu(), "bellows_torch: the gradient of '", names[j], "' is on ", g.device(),
+                  "; this build averages CPU tensors only");
+      TORCH_CHECK(g.is_contiguous(), "bellows_torch: the gradient of '", names[j], "' is not contiguous");
+      const at::ScalarType t = g.scalar_type();
+      TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf, "bellows_torch: the gradient of '",
+                  names[j], "' is ", t, "; float32, bfloat16 and float16 are averaged");
+      entry& e = entry_of(names[j], g.sizes());
+      const auto n = static_cast<std::size_t>(g.numel());
+      if (t == at::kFloat) {
+        statuses[j] = e.runner->step(std::span<float>(g.data_ptr<float>(), n), coll_);
+        continue;
+      }
+      // bf16 / fp16: the compressor works on the layer's float32 copy, made once and reused.
+      if (!e.work.defined()) e.work = at::empty(g.sizes(), at::kFloat);
+      e.work.copy_(g);
+      statuses[j] = e.runner->step(std::span<float>(e.work.data_ptr<float>(), n), coll_);
+      g.copy_(e.work);
     }
-    return r.last_statuses();
+    return statuses;
   }
 
-  /// Makes the synchronizer of a bucket as run() would (if its layout is new) without a step.
-  bucket_runner& prepare(std::size_t index, const at::Tensor& buffer, const std::vector<at::Tensor>& grads,
-                         std::vector<std::span<float>>* spans = nullptr) {
-    TORCH_CHECK(buffer.device().is_cpu(), "bellows_torch: the bucket is on ", buffer.device(),
-                "; this build averages CPU tensors only");
-    TORCH_CHECK(buffer.scalar_type() == at::kFloat && buffer.is_contiguous(),
-                "bellows_torch: the bucket must be a contiguous float32 tensor, got ", buffer.scalar_type());
-    bucket_layout layout;
-    const float* base = buffer.data_ptr<float>();
-    const std::int64_t total = buffer.numel();
-    for (const at::Tensor& g : grads) {
-      TORCH_CHECK(g.scalar_type() == at::kFloat && g.is_contiguous(),
-                  "bellows_torch: a gradient of the bucket is not a contiguous float32 view");
-      const std::int64_t at = g.numel() == 0 ? 0 : g.data_ptr<float>() - base;
-      TORCH_CHECK(at >= 0 && at + g.numel() <= total,
-                  "bellows_torch: a gradient of the bucket is not a view into its buffer");
-      layout.offsets.push_back(at);
-      layout.sizes.push_back(g.sizes().vec());
-      if (spans) spans->emplace_back(g.data_ptr<float>(), static_cast<std::size_t>(g.numel()));
-    }
-    entry& e = buckets_[index];
-    if (!e.runner || !(e.layout == layout)) {
-      std::vector<bellows::shape> shapes;
-      for (const at::Tensor& g : grads) shapes.push_back(shape_of(g.sizes()));
-      if (e.runner) ++rebuilds_;
-      e.runner = make_runner(cfg_, *exec_, index, shapes);
-      e.layout = std::move(layout);
-    }
-    return *e.runner;
-  }
-
-  /// Ends the epoch for every bucket (a collective call on every rank): `lr` is the learning rate
-  /// of the epoch that starts next.
+  /// Ends the epoch for every parameter, in name order (a collective call on every rank): `lr`
+  /// is the learning rate of the epoch that starts next.
   void end_epoch(float lr) {
     py::gil_scoped_release unlocked;
-    for (auto& [index, e] : buckets_) e.runner->end_epoch(lr, coll_);
+    for (auto& [name, e] : layers_) e.runner->end_epoch(lr, coll_);
   }
 
   [[nodiscard]] py::dict telemetry() const {
     py::dict out;
-    for (const auto& [index, e] : buckets_) {
-      py::list layers;
-      for (const bellows::layer_telemetry& t : e.runner->telemetry()) {
-        py::dict d;
-        d["name"] = t.name;
-        d["compressed"] = t.participates;
-        d["level"] = t.level == bellows::regime::critical ? "low" : "high";
-        d["steps"] = t.steps;
-        d["skipped"] = t.skipped;
-        d["bytes"] = t.sent.bytes;
-        d["floats"] = t.sent.elements;
-        layers.append(d);
-      }
-      out[py::int_(index)] = layers;
+    for (const auto& [name, e] : layers_) {
+      const bellows::layer_telemetry t = e.runner->telemetry();
+      py::dict d;
+      d["compressed"] = t.participates;
+      d["level"] = t.level == bellows::regime::critical ? "low" : "high";
+      d["steps"] = t.steps;
+      d["skipped"] = t.skipped;
+      d["bytes"] = t.sent.bytes;
+      d["floats"] = t.sent.elements;
+      out[py::str(name)] = d;
     }
     return out;
   }
 
-  /// Layer `layer` of bucket `index`'s PowerSGD query as a (columns, m) tensor: row j is column j
-  /// of Q. Empty for other compressors and uncompressed layers.
-  [[nodiscard]] at::Tensor query(std::size_t index, std::size_t layer) const {
-    const auto it = buckets_.find(index);
-    TORCH_CHECK(it != buckets_.end(), "bellows_torch: bucket ", index, " has not been seen");
+  /// A parameter's PowerSGD query as a (columns, m) tensor: row j is column j of Q. Empty for
+  /// other compressors and uncompressed parameters.
+  [[nodiscard]] at::Tensor query(const std::string& name) const {
     std::size_t columns = 0;
-    std::vector<float> q = it->second.runner->query(layer, columns);
+    std::vector<float> q = known(name).runner->query(columns);
     const auto cols = static_cast<std::int64_t>(columns);
     const std::int64_t m = cols == 0 ? 0 : static_cast<std::int64_t>(q.size()) / cols;
     return torch::from_blob(q.data(), {cols, m}, at::kFloat).clone();
+  }
+
+  /// {name: (shape, checkpoint bytes as a uint8 tensor)} of every parameter.
+  [[nodiscard]] py::dict state() const {
+    py::dict out;
+    for (const auto& [name, e] : layers_) {
+      const std::vector<std::byte> bytes = e.runner->checkpoint();
+      at::Tensor t = at::empty({static_cast<std::int64_t>(bytes.size())}, at::kByte);
+      if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+      out[py::str(name)] = py::make_tuple(e.sizes, t);
+    }
+    return out;
+  }
+
+  /// Restores state(): every parameter named, with its shape and bytes. All of it is restored
+  /// into new synchronizers first; any error (an unknown shape, bytes of another compressor or
+  /// level, a truncated record) raises and leaves every parameter's state as it was.
+  void load(const std::map<std::string, std::pair<std::vector<std::int64_t>, at::Tensor>>& saved) {
+    std::map<std::string, entry> next;
+    for (const auto& [name, item] : saved) {
+      const auto& [sizes, bytes] = item;
+      TORCH_CHECK(bytes.scalar_type() == at::kByte && bytes.dim() == 1 && bytes.is_contiguous(),
+                  "bellows_torch: the state of '", name, "' is not a flat uint8 tensor");
+      entry e{sizes, make_runner(cfg_, *exec_, name, shape_of(sizes)), {}};
+      try {
+        e.runner->restore({static_cast<const std::byte*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel())});
+      } catch (const bellows::error& err) {
+        bellows::detail::fail("bellows_torch: the saved state of '", name, "' does not fit this State: ", err.what());
+      }
+      next.emplace(name, std::move(e));
+    }
+    layers_ = std::move(next);
   }
 
   [[nodiscard]] std::size_t rebuilds() const noexcept { return rebuilds_; }
 
 private:
   struct entry {
-    bucket_layout layout;
-    std::unique_ptr<bucket_runner> runner;
+    std::vector<std::int64_t> sizes;
+    std::unique_ptr<layer_runner> runner;
+    at::Tensor work;  ///< float32 copy of a bf16 / fp16 gradient, made on first use
   };
+
+  entry& entry_of(const std::string& name, at::IntArrayRef sizes) {
+    entry& e = layers_[name];
+    if (!e.runner || !sizes.equals(e.sizes)) {
+      if (e.runner) ++rebuilds_;
+      e = entry{sizes.vec(), make_runner(cfg_, *exec_, name, shape_of(sizes)), {}};
+    }
+    return e;
+  }
+
+  [[nodiscard]] const entry& known(const std::string& name) const {
+    const auto it = layers_.find(name);
+    TORCH_CHECK(it != layers_.end(), "bellows_torch: no parameter '", name, "' has been seen");
+    return it->second;
+  }
+
   hook_config cfg_;
   std::unique_ptr<bellows::cpu::executor> exec_;
   process_group_collective coll_;
-  std::map<std::size_t, entry> buckets_;
+  std::map<std::string, entry> layers_;
   std::size_t rebuilds_ = 0;
 };
 
-/// bellows called directly: the synchronizer of bucket `index` on bellows' local collective, one
-/// thread per rank. inputs[r][s] is rank r's flat bucket at step s (per-layer gradients laid out
-/// one after the other, in `shapes` order); end_epoch_lr[s] > 0 ends an epoch after step s with
-/// that learning rate. Returns the outputs in the same layout, as new tensors.
-std::vector<std::vector<at::Tensor>> reference(const hook_config& cfg, std::size_t index,
+/// bellows called directly: one synchronizer per layer `names[j]` on bellows' local collective,
+/// one thread per rank. inputs[r][s] is rank r's gradients at step s, the layers laid out one
+/// after the other in `shapes` order; end_epoch_lr[s] > 0 ends an epoch after step s with that
+/// learning rate. Returns the outputs in the same layout, as new float32 tensors.
+std::vector<std::vector<at::Tensor>> reference(const hook_config& cfg, const std::vector<std::string>& names,
                                                const std::vector<std::vector<std::int64_t>>& shapes,
                                                const std::vector<std::vector<at::Tensor>>& inputs,
                                                const std::vector<float>& end_epoch_lr) {
   const std::size_t w = inputs.size();
   TORCH_CHECK(w >= 1, "bellows_torch.reference: no ranks");
+  TORCH_CHECK(names.size() == shapes.size(), "bellows_torch.reference: ", names.size(), " names for ",
+              shapes.size(), " shapes");
   std::vector<bellows::shape> layer_shapes;
   std::int64_t total = 0;
   for (const auto& s : shapes) {
@@ -386,16 +417,20 @@ std::vector<std::vector<at::Tensor>> reference(const hook_config& cfg, std::size
   bellows::collectives::local_group group(w);
   group.run([&](bellows::collectives::local& coll) {
     const std::size_t r = coll.rank();
-    std::unique_ptr<bucket_runner> run = make_runner(cfg, exec, index, layer_shapes);
+    std::vector<std::unique_ptr<layer_runner>> runs;
+    for (std::size_t j = 0; j < names.size(); ++j) runs.push_back(make_runner(cfg, exec, names[j], layer_shapes[j]));
     for (std::size_t s = 0; s < outputs[r].size(); ++s) {
-      std::vector<std::span<float>> spans;
       float* at = outputs[r][s].data_ptr<float>();
-      for (const bellows::shape& shp : layer_shapes) {
-        spans.emplace_back(at, shp.size());
-        at += shp.size();
+      for (std::size_t j = 0; j < runs.size(); ++j) {
+        (void)runs[j]->step(std::span<float>(at, layer_shapes[j].size()), coll);
+        at += layer_shapes[j].size();
       }
-      run->step(spans, coll);
-      if (s < end_epoch_lr.size() && end_epoch_lr[s] > 0) run->end_epoch(end_epoch_lr[s], coll);
+      if (s < end_epoch_lr.size() && end_epoch_lr[s] > 0) {
+        std::vector<std::size_t> order(names.size());  // name order, as hook_state::end_epoch
+        for (std::size_t j = 0; j < order.size(); ++j) order[j] = j;
+        std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return names[a] < names[b]; });
+        for (const std::size_t j : order) runs[j]->end_epoch(end_epoch_lr[s], coll);
+      }
     }
   });
   return outputs;
@@ -420,10 +455,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("warm_start", &hook_config::warm_start);
   py::class_<hook_state>(m, "HookState")
       .def(py::init<hook_config, const c10::intrusive_ptr<c10d::ProcessGroup>&>())
+      .def("add", &hook_state::add)
       .def("run", &hook_state::run)
-      .def("prepare", [](hook_state& h, std::size_t index, const at::Tensor& buffer,
-                         const std::vector<at::Tensor>& grads) { (void)h.prepare(index, buffer, grads); })
       .def("end_epoch", &hook_state::end_epoch)
+      .def("state", &hook_state::state)
+      .def("load", &hook_state::load)
       .def("telemetry", &hook_state::telemetry)
       .def("query", &hook_state::query)
       .def("rebuilds", &hook_state::rebuilds);
