@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
+#include <utility>
 #include <vector>
 
 #include "../support/random.hpp"
@@ -267,4 +269,40 @@ TEST_CASE("average_dequantize refuses no payload, or arrays that do not fit the 
   CHECK_THROWS_AS(bellows::cpu::average_dequantize(one, both, l, out), bellows::error);
   CHECK_THROWS_AS(bellows::cpu::average_dequantize(one, std::span(both, 1), l, std::span(out).first(9)),
                   bellows::error);
+}
+
+TEST_CASE("sum_codes8: the baseline, AVX2 and AVX-512 versions add the same bits") {
+  namespace d = bellows::cpu::detail;
+  std::vector<std::pair<const char*, d::sum_codes8_fn>> versions{{"baseline", &d::sum_codes8_baseline}};
+#if BELLOWS_X86_VERSIONS
+  if (__builtin_cpu_supports("avx2")) versions.emplace_back("avx2", &d::sum_codes8_avx2);
+  if (__builtin_cpu_supports("avx512f")) versions.emplace_back("avx512", &d::sum_codes8_avx512);
+#endif
+  if (versions.size() == 1) MESSAGE("only the baseline version runs on this processor");
+  std::mt19937 rng(5);
+  const std::size_t buckets = 3, n = buckets * d::code_block;
+  for (std::size_t w : {1u, 2u, 5u}) {
+    CAPTURE(w);
+    std::vector<std::vector<std::uint8_t>> codes(w, std::vector<std::uint8_t>(n));
+    std::vector<std::vector<float>> scales(w, std::vector<float>(buckets));
+    std::vector<bellows::cpu::code_arrays> parts;
+    for (std::size_t r = 0; r < w; ++r) {
+      for (auto& c : codes[r]) c = static_cast<std::uint8_t>(rng());  // every pattern, -0 (0x80) included
+      codes[r][0] = 0x80;
+      for (std::size_t b = 0; b < buckets; ++b) scales[r][b] = std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 7.0f, static_cast<int>(rng() % 60) - 30);
+      parts.push_back({scales[r], codes[r]});
+    }
+    std::vector<float> start = bellows::testing::normal_floats(d::code_block, w);
+    start[1] = -0.0f;
+    for (std::size_t b = 0; b < buckets; ++b) {
+      std::vector<float> want = start;
+      d::sum_codes8_baseline(parts, b, b * d::code_block, 127.0f, want.data());
+      for (const auto& [name, fn] : versions) {
+        CAPTURE(name);
+        std::vector<float> got = start;
+        fn(parts, b, b * d::code_block, 127.0f, got.data());
+        CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+      }
+    }
+  }
 }

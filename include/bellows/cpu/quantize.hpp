@@ -31,6 +31,10 @@
 #include "bellows/cpu/isa.hpp"
 #include "bellows/cpu/philox_lanes.hpp"
 
+#if BELLOWS_X86_VERSIONS
+#include <immintrin.h>
+#endif
+
 namespace bellows::cpu {
 
 /// How a bucket's scale is measured.
@@ -232,22 +236,101 @@ void dequantize_range(std::span<const float> scales, const std::uint8_t* codes, 
   }
 }
 
+/// Adds the decoded values of 8-bit codes [i, i + code_block) of bucket b of every payload, in
+/// payload order, to sum[0, code_block): decode_code<8>'s arithmetic, the same bits.
+using sum_codes8_fn = void (*)(std::span<const code_arrays> parts, std::size_t b, std::size_t i, float s,
+                               float* sum) noexcept;
+
+inline void sum_codes8_baseline(std::span<const code_arrays> parts, std::size_t b, std::size_t i, float s,
+                                float* sum) noexcept {
+  for (const code_arrays& p : parts) dequantize_block<8, true>(p.codes.data(), i, p.scales[b] / s, sum);
+}
+
+#if BELLOWS_X86_VERSIONS
+// sum_codes8 in AVX2's and AVX-512's vectors, the block's sums held in registers across the
+// payloads. Each lane does decode_code<8>'s steps: the level converted from a 32-bit integer,
+// one product with the step, the sign bit XOR-ed in, one sum; nothing is fused or reordered.
+
+[[gnu::target("avx2")]] inline void sum_codes8_avx2(std::span<const code_arrays> parts, std::size_t b, std::size_t i,
+                                                    float s, float* sum) noexcept {
+  constexpr std::size_t vectors = code_block / 8;
+  __m256 acc[vectors];
+  for (std::size_t v = 0; v < vectors; ++v) acc[v] = _mm256_loadu_ps(sum + 8 * v);
+  const __m256i magnitude = _mm256_set1_epi32(0x7F);
+  for (const code_arrays& p : parts) {
+    const __m256 step = _mm256_set1_ps(p.scales[b] / s);
+    const std::uint8_t* codes = p.codes.data() + i;
+    for (std::size_t v = 0; v < vectors; ++v) {
+      const __m256i code = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8 * v)));
+      const __m256 value = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(code, magnitude)), step);
+      const __m256i sign = _mm256_slli_epi32(_mm256_srli_epi32(code, 7), 31);
+      acc[v] = _mm256_add_ps(acc[v], _mm256_xor_ps(value, _mm256_castsi256_ps(sign)));
+    }
+  }
+  for (std::size_t v = 0; v < vectors; ++v) _mm256_storeu_ps(sum + 8 * v, acc[v]);
+}
+
+// GCC 12's AVX-512 headers leave an internal operand undefined on purpose, which its own
+// -Wmaybe-uninitialized reports in every caller.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+[[gnu::target("avx512f")]] inline void sum_codes8_avx512(std::span<const code_arrays> parts, std::size_t b,
+                                                         std::size_t i, float s, float* sum) noexcept {
+  constexpr std::size_t vectors = code_block / 16;
+  __m512 acc[vectors];
+  for (std::size_t v = 0; v < vectors; ++v) acc[v] = _mm512_loadu_ps(sum + 16 * v);
+  const __m512i magnitude = _mm512_set1_epi32(0x7F);
+  for (const code_arrays& p : parts) {
+    const __m512 step = _mm512_set1_ps(p.scales[b] / s);
+    const std::uint8_t* codes = p.codes.data() + i;
+    for (std::size_t v = 0; v < vectors; ++v) {
+      const __m512i code = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * v)));
+      const __m512 value = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(code, magnitude)), step);
+      const __m512i sign = _mm512_slli_epi32(_mm512_srli_epi32(code, 7), 31);
+      acc[v] = _mm512_add_ps(acc[v], _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(value), sign)));
+    }
+  }
+  for (std::size_t v = 0; v < vectors; ++v) _mm512_storeu_ps(sum + 16 * v, acc[v]);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+/// The widest sum_codes8 this processor runs (chosen once).
+[[nodiscard]] inline sum_codes8_fn sum_codes8_for_this_cpu() noexcept {
+  static const sum_codes8_fn chosen = [] {
+#if BELLOWS_X86_VERSIONS
+    if (__builtin_cpu_supports("avx512f")) return &sum_codes8_avx512;
+    if (__builtin_cpu_supports("avx2")) return &sum_codes8_avx2;
+#endif
+    return &sum_codes8_baseline;
+  }();
+  return chosen;
+}
+
 /// Buckets [b0, b1) of the average of W payloads: each element's decoded values summed in
 /// payload order from 0.0f, then divided by W, as dequantize_range accumulating every payload
 /// into zeros and a division would compute them. Elements are summed, in order, in a tile on the
 /// stack (code blocks whole, bucket edges one by one), which is divided and copied out whole
 /// each time it fills: one write of `out`, by a copy that the library makes a string move.
+/// For 8 bits, whole code blocks are summed by `sum_codes8` (a vector version where the processor
+/// has one).
 template <unsigned Bits>
 void average_range(std::span<const code_arrays> parts, const code_layout& layout, std::span<float> out,
-                   std::size_t b0, std::size_t b1) noexcept {
+                   std::size_t b0, std::size_t b1, sum_codes8_fn sum_codes8) noexcept {
   constexpr std::uint32_t mask = (1u << Bits) - 1;
   const auto s = static_cast<float>(layout.levels());
   alignas(64) float tile[average_tile];
+  std::fill(tile, tile + average_tile, 0.0f);  // zeroed whole, then again where it was used
   std::size_t t0 = b0 * layout.bucket, filled = 0;  // tile[j] is out[t0 + j]
   const auto flush = [&](std::size_t room) {
     if (filled + room <= average_tile) return;
     divide_by_count(tile, filled, parts.size());
     std::copy(tile, tile + filled, out.data() + t0);
+    std::fill(tile, tile + filled, 0.0f);
     t0 += filled;
     filled = 0;
   };
@@ -256,17 +339,17 @@ void average_range(std::span<const code_arrays> parts, const code_layout& layout
     const auto [first, last] = whole_blocks(lo, hi);
     const auto one = [&](std::size_t i) {
       flush(1);
-      float sum = 0.0f;
+      float& sum = tile[filled++];
       for (const code_arrays& p : parts)
         sum += decode_code<Bits>((std::uint32_t{p.codes[i * Bits / 8]} >> (i * Bits % 8)) & mask, p.scales[b] / s);
-      tile[filled++] = sum;
     };
     for (std::size_t i = lo; i < first; ++i) one(i);
     for (std::size_t i = first; i < last; i += code_block) {
       flush(code_block);
-      float* sum = tile + filled;
-      std::fill(sum, sum + code_block, 0.0f);
-      for (const code_arrays& p : parts) dequantize_block<Bits, true>(p.codes.data(), i, p.scales[b] / s, sum);
+      if constexpr (Bits == 8)
+        sum_codes8(parts, b, i, s, tile + filled);
+      else
+        for (const code_arrays& p : parts) dequantize_block<Bits, true>(p.codes.data(), i, p.scales[b] / s, tile + filled);
       filled += code_block;
     }
     for (std::size_t i = last; i < hi; ++i) one(i);
@@ -340,14 +423,15 @@ inline void average_dequantize(executor& exec, std::span<const code_arrays> part
   BELLOWS_EXPECTS(!parts.empty(), "average_dequantize: no payload to average");
   for (const code_arrays& p : parts)
     detail::check_codes("average_dequantize", layout, out.size(), p.scales.size(), p.codes.size());
+  const detail::sum_codes8_fn sum_codes8 = detail::sum_codes8_for_this_cpu();
   exec.for_chunks(layout.buckets(), detail::buckets_per_task(layout.bucket), [&](std::size_t b0, std::size_t b1) {
-    // The baseline build only, as unpack_dequantize: in the AVX2 build the compiler copies a
+    // The baseline build, as unpack_dequantize (in run_widest's AVX2 build the compiler copies a
     // block's codes in 16-byte pieces and reads them back in 32-byte ones, which stalls on store
-    // forwarding (measured slower).
+    // forwarding), but for 8 bits the blocks' sums are in vectors of the widest unit.
     switch (layout.bits) {
-      case 2: detail::average_range<2>(parts, layout, out, b0, b1); break;
-      case 4: detail::average_range<4>(parts, layout, out, b0, b1); break;
-      default: detail::average_range<8>(parts, layout, out, b0, b1); break;
+      case 2: detail::average_range<2>(parts, layout, out, b0, b1, nullptr); break;
+      case 4: detail::average_range<4>(parts, layout, out, b0, b1, nullptr); break;
+      default: detail::average_range<8>(parts, layout, out, b0, b1, sum_codes8); break;
     }
   });
 }

@@ -122,6 +122,17 @@ inline bool any_non_finite(const float* x, std::size_t len) noexcept {
 
 }  // namespace detail
 
+/// acc[index[j]] += value[j] for ascending, distinct indices below acc.size().
+template <class Index>
+void scatter_add(executor& exec, std::span<float> acc, std::span<const Index> index,
+                 std::span<const float> value) {
+  BELLOWS_EXPECTS(value.size() == index.size(), "scatter_add: ", index.size(), " indices, ",
+                  value.size(), " values");
+  exec.for_chunks(index.size(), sparse_chunk, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t j = lo; j < hi; ++j) acc[static_cast<std::size_t>(index[j])] += value[j];
+  });
+}
+
 /// One sparse vector to read: ascending, distinct indices and their values.
 template <class Index>
 struct sparse_view {
@@ -153,6 +164,11 @@ void scatter_average(executor& exec, std::span<float> out, std::span<const spars
   for (const sparse_view<Index>& p : parts)
     BELLOWS_EXPECTS(p.index.size() == p.value.size(), "scatter_average: ", p.index.size(), " indices, ",
                     p.value.size(), " values");
+  if (w == 1) {  // the same sum, and x / 1 is x: the fill writes `out` as a string store, the cheapest
+    fill(exec, out, 0.0f);
+    scatter_add(exec, out, parts[0].index, parts[0].value);
+    return;
+  }
   exec.for_chunks(n, average_chunk, [&](std::size_t lo, std::size_t hi) {
     const std::span<std::size_t> at = cursors.subspan(lo / average_chunk * w, w);
     for (std::size_t r = 0; r < w; ++r)
@@ -172,17 +188,6 @@ void scatter_average(executor& exec, std::span<float> out, std::span<const spars
       detail::divide_by_count(tile, len, w);
       std::copy(tile, tile + len, out.data() + t0);
     }
-  });
-}
-
-/// acc[index[j]] += value[j] for ascending, distinct indices below acc.size().
-template <class Index>
-void scatter_add(executor& exec, std::span<float> acc, std::span<const Index> index,
-                 std::span<const float> value) {
-  BELLOWS_EXPECTS(value.size() == index.size(), "scatter_add: ", index.size(), " indices, ",
-                  value.size(), " values");
-  exec.for_chunks(index.size(), sparse_chunk, [&](std::size_t lo, std::size_t hi) {
-    for (std::size_t j = lo; j < hi; ++j) acc[static_cast<std::size_t>(index[j])] += value[j];
   });
 }
 
