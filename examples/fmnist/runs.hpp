@@ -294,6 +294,7 @@ struct recorder {
       result->epochs.push_back({report, levels_of(sync, uncompressed, report)});
       *resumed_seconds += report.seconds;
     }
+    result->seconds = *resumed_seconds;
   }
 };
 

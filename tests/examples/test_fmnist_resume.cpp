@@ -119,6 +119,7 @@ TEST_CASE("fmnist resume: killed after the checkpoint of epoch k, resumed, the s
       const fmnist::run_result done =
           fmnist::run_comparison(*data, again, [&](const fmnist::run_result&) { ++trained; }).at(0);
       CHECK(trained == 0);
+      CHECK(done.seconds > 0);  // the saved epochs' time
       REQUIRE(done.epochs.size() == 4);
       same_epochs(done);
       CHECK(done.weights == whole.weights);
