@@ -2,12 +2,17 @@
 # SPDX-License-Identifier: Apache-2.0
 # Accordion's claim on real data, with one command: installs what is missing (Debian 12 packages,
 # the Fashion-MNIST data among them), builds the release preset's quickstart and fmnist_demo, runs
-# the quickstart, then trains the comparison of examples/fmnist (uncompressed; PowerSGD and top-k,
-# each static low, static high and Accordion; two seeds; 765 s measured on 2 shared cores) and
-# writes results.json, results.md and three SVG plots into the results folder.
+# the quickstart, then trains the comparison of examples/fmnist (uncompressed; PowerSGD at rank
+# pairs 4 <-> 1 and 2 <-> 1 and top-k, each static low, static high and Accordion; two seeds; 48
+# epochs of 10000 images) and writes results.json, results.md and three SVG plots into the
+# results folder.
 # Usage: scripts/demo.sh [--quick] [--out DIR] [fmnist_demo options...]
+#        scripts/demo.sh ablation [--out DIR] [fmnist_demo options...]
 #   --quick    one seed, 6 epochs of 4800 images: under 2 minutes with the build
-#   --out DIR  results folder (default demo-results/ in the repository, ignored by git)
+#   --out DIR  results folder (default demo-results/ in the repository, ignored by git;
+#              demo-results/ablation for the ablation)
+#   ablation   PowerSGD Accordion at lr 0.05 and 0.025, level change keep and reset, both rank
+#              pairs, two seeds, beside static low (fmnist_demo --ablation): a table in DIR/results.md
 #   anything else goes to fmnist_demo (build/release/examples/fmnist_demo --help)
 set -euo pipefail
 
@@ -22,6 +27,11 @@ fi
 
 out="$root/demo-results"
 args=()
+if [ "${1:-}" = ablation ]; then
+  shift
+  out="$root/demo-results/ablation"
+  args+=(--ablation)
+fi
 while (($#)); do
   case "$1" in
     --out) [ $# -ge 2 ] || { echo "demo.sh: --out needs a folder" >&2; exit 2; }; out=$2; shift 2 ;;
@@ -41,4 +51,6 @@ echo "== built in $(($(date +%s) - start)) s; load average: $(cut -d' ' -f1-3 /p
 ./build/release/examples/quickstart
 run_start=$(date +%s)
 ./build/release/examples/fmnist_demo --out "$out" ${args[@]+"${args[@]}"}
-echo "== comparison took $(($(date +%s) - run_start)) s; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+what=comparison
+[ "${args[0]:-}" = --ablation ] && what=ablation
+echo "== $what took $(($(date +%s) - run_start)) s; load average: $(cut -d' ' -f1-3 /proc/loadavg)"

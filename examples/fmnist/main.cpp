@@ -3,12 +3,14 @@
 // on four workers (threads) with the gradients averaged uncompressed, by PowerSGD and by top-k,
 // each at a static low level, a static high level and switched by Accordion, for every seed;
 // prints one line per epoch and writes results.json, results.md and SVG plots into a folder.
+// With --ablation it trains the grid of ablation.hpp instead.
 // fmnist_mpi (mpi.cpp) trains the same on the ranks of MPI_COMM_WORLD.
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <vector>
 
+#include "ablation.hpp"
 #include "cli.hpp"
 #include "idx.hpp"
 #include "report.hpp"
@@ -25,8 +27,13 @@ int main(int argc, char** argv) {
     const fmnist::dataset data = fmnist::load(folder);
     std::printf("Fashion-MNIST from %s: %s\n", folder.c_str(), fmnist::describe(c.config, data).c_str());
     std::fflush(stdout);
-    const std::vector<fmnist::run_result> results = fmnist::run_comparison(
-        data, c.config, [&](const fmnist::run_result& run) { fmnist::cli::print_epoch(run, c.config); });
+    const auto print = [&](const fmnist::run_result& run) { fmnist::cli::print_epoch(run, c.config); };
+    if (c.ablation) {
+      (void)fmnist::run_ablation(data, c.config, c.out, print);
+      std::printf("wrote %s/results.md and a results.json per group\n", c.out.c_str());
+      return 0;
+    }
+    const std::vector<fmnist::run_result> results = fmnist::run_comparison(data, c.config, print);
     fmnist::cli::write_outputs(c, data, results);
     return 0;
   } catch (const fmnist::cli::usage_error& e) {

@@ -46,6 +46,7 @@ int run(int argc, char** argv, int rank) {
       if (rank == 0) std::printf("%s%s", usage_line, fmnist::cli::options_usage);
       return 0;
     }
+    if (parsed.ablation) throw fmnist::cli::usage_error("--ablation runs on threads: use fmnist_demo");
     bellows::collectives::mpi comm(MPI_COMM_WORLD, order);
     fmnist::cli::command c = parsed;
     c.config.train.workers = comm.size();

@@ -143,8 +143,12 @@ struct panel {
   return s;
 }
 
-[[nodiscard]] inline const char* family_colour(method m) {
-  return m == method::uncompressed ? "#222222" : m == method::powersgd ? "#1f6fb4" : "#d2452b";
+/// One colour per family, and per PowerSGD pair of levels.
+[[nodiscard]] inline const char* run_colour(const run_spec& r) {
+  if (r.how == method::uncompressed) return "#222222";
+  if (r.how == method::topk) return "#d2452b";
+  const char* powersgd[] = {"#1f6fb4", "#6a3d9a", "#1b9e77", "#8c564b"};
+  return powersgd[r.pair % 4];
 }
 
 /// One series per run: `value(epoch report)` averaged over the run's seeds.
@@ -153,7 +157,7 @@ template <class Value>
                                               Value value) {
   std::vector<series> lines;
   for (const run_spec& spec : config.runs) {
-    series l{config.label(spec), family_colour(spec.how), "", 2.5, std::vector<double>(config.train.epochs, 0.0)};
+    series l{config.label(spec), run_colour(spec), "", 2.5, std::vector<double>(config.train.epochs, 0.0)};
     if (spec.how != method::uncompressed && spec.when == policy::static_low) {
       l.dash = "7 4";
       l.width = 2;

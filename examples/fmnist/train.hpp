@@ -21,9 +21,10 @@
 // Checkpoints. With train_options::checkpoint set, the training state is written after every
 // epoch (atomically): the weights and the optimizer's momentum (the same on every worker), every
 // worker's averaging state (error memories, PowerSGD queries, the detector's accumulators and
-// decisions), the epochs done and their reports. Nothing else is drawn at random: each epoch's
-// shuffle is a function of (seed, epoch). A run started with train_options::resume at that file
-// continues from there and ends with the weights of the run that was never interrupted, bit for bit.
+// decisions), the epochs done and their reports (with the levels each epoch ran at). Nothing
+// else is drawn at random: each epoch's shuffle is a function of (seed, epoch). A run started
+// with train_options::resume at that file continues from there and ends with the weights of the
+// run that was never interrupted, bit for bit.
 #pragma once
 
 #include <algorithm>
@@ -115,6 +116,9 @@ struct train_options {
   float momentum = 0.9f;
   float weight_decay = 5e-4f;
   std::size_t train_limit = 0;  ///< train on the first train_limit images (0: all)
+  /// Images per epoch: each epoch trains on the first epoch_limit images of its own shuffle of
+  /// the training images, a fresh subset every epoch (0: all of them).
+  std::size_t epoch_limit = 0;
   std::size_t test_limit = 0;   ///< test on the first test_limit images (0: all)
   std::filesystem::path checkpoint;  ///< when set, the training state is saved here after every epoch
   std::filesystem::path resume;      ///< when set, training continues from the state saved in this file
@@ -124,14 +128,17 @@ struct train_options {
     BELLOWS_EXPECTS(epochs >= 1, "fmnist: epochs must be >= 1, got ", epochs);
     BELLOWS_EXPECTS(workers >= 1, "fmnist: workers must be >= 1, got ", workers);
     BELLOWS_EXPECTS(batch >= 1, "fmnist: batch must be >= 1, got ", batch);
-    BELLOWS_EXPECTS(train_images(data) / workers >= batch, "fmnist: ", train_images(data),
-                    " training images are too few for ", workers, " workers of batch ", batch);
+    BELLOWS_EXPECTS(epoch_images(data) / workers >= batch, "fmnist: ", epoch_images(data),
+                    " training images per epoch are too few for ", workers, " workers of batch ", batch);
     BELLOWS_EXPECTS(test_images(data) >= 1, "fmnist: no test images");
     BELLOWS_EXPECTS(std::isfinite(schedule.base) && schedule.base > 0,
                     "fmnist: learning rate must be > 0, got ", schedule.base);
   }
   [[nodiscard]] std::size_t train_images(const dataset& data) const noexcept {
     return train_limit == 0 ? data.train.count : std::min(train_limit, data.train.count);
+  }
+  [[nodiscard]] std::size_t epoch_images(const dataset& data) const noexcept {
+    return epoch_limit == 0 ? train_images(data) : std::min(epoch_limit, train_images(data));
   }
   [[nodiscard]] std::size_t test_images(const dataset& data) const noexcept {
     return test_limit == 0 ? data.test.count : std::min(test_limit, data.test.count);
@@ -149,6 +156,9 @@ struct epoch_report {
   std::size_t steps = 0;          ///< optimizer steps per worker
   std::size_t skipped_steps = 0;  ///< steps whose averaging reported non_finite (not applied)
   bellows::traffic sent{};        ///< what rank 0's averaging has sent since training began
+  /// Bit id set: tensor id ran at the high compression level during this epoch (averaging
+  /// objects with levels, such as bellows::synchronizer; 0 otherwise).
+  std::uint64_t high_levels = 0;
 };
 
 struct train_result {
@@ -208,17 +218,18 @@ inline void gather(const split& s, std::span<const std::uint32_t> items, std::sp
 
 /// The file of a training checkpoint: "FMCK", version, the settings it belongs to, then the state.
 inline constexpr std::uint32_t checkpoint_magic = 0x4B434D46u;
-inline constexpr std::uint32_t checkpoint_version = 1;
+inline constexpr std::uint32_t checkpoint_version = 2;  // 2: images per epoch, levels per epoch
 
 /// The settings a checkpoint must have been saved with to be resumed by `options` on `workers`.
 inline void put_settings(bellows::checkpoint_writer& w, const train_options& options, std::size_t workers,
-                         std::size_t train_count) {
+                         std::size_t train_count, std::size_t epoch_count) {
   w.put(checkpoint_magic);
   w.put(checkpoint_version);
   w.put<std::uint64_t>(options.seed);
   w.put<std::uint64_t>(workers);
   w.put<std::uint64_t>(options.batch);
   w.put<std::uint64_t>(train_count);
+  w.put<std::uint64_t>(epoch_count);
 }
 
 static_assert(std::is_trivially_copyable_v<epoch_report>, "epoch reports are saved as bytes");
@@ -229,10 +240,10 @@ static_assert(std::is_trivially_copyable_v<epoch_report>, "epoch reports are sav
 template <class Model, class Optimizer, class Averaging>
 class training_checkpoint {
 public:
-  training_checkpoint(const train_options& options, std::size_t train_count, Model& model,
-                      Optimizer& optimizer, Averaging& averaging)
-      : options_(&options), train_count_(train_count), model_(&model), optimizer_(&optimizer),
-        averaging_(&averaging) {}
+  training_checkpoint(const train_options& options, std::size_t train_count, std::size_t epoch_count,
+                      Model& model, Optimizer& optimizer, Averaging& averaging)
+      : options_(&options), train_count_(train_count), epoch_count_(epoch_count), model_(&model),
+        optimizer_(&optimizer), averaging_(&averaging) {}
 
   /// After epoch `done - 1`: rank 0 writes the file atomically.
   template <bellows::Collective Coll>
@@ -241,7 +252,7 @@ public:
     comm.allgather(mine, gathered_);
     if (comm.rank() != 0) return;
     bellows::checkpoint_writer w;
-    put_settings(w, *options_, comm.size(), train_count_);
+    put_settings(w, *options_, comm.size(), train_count_, epoch_count_);
     w.put<std::uint64_t>(reports.size());
     w.put_array(std::span<const epoch_report>(reports));
     w.put_array(std::span<const float>(model_->parameters()));
@@ -284,12 +295,12 @@ private:
   std::vector<epoch_report> read(std::span<const std::byte> file, std::size_t rank, std::size_t workers) {
     bellows::checkpoint_reader r(file);
     bellows::checkpoint_writer expected;
-    put_settings(expected, *options_, workers, train_count_);
+    put_settings(expected, *options_, workers, train_count_, epoch_count_);
     for (const std::byte b : expected.bytes())
       if (r.get<std::byte>("settings") != b)
         bellows::detail::fail<bellows::wire_error>(
             "not a checkpoint of this training (another version, seed, number of workers, batch or "
-            "number of training images)");
+            "number of training images or images per epoch)");
     const auto done = r.get<std::uint64_t>("epochs done");
     if (done > options_->epochs)
       bellows::detail::fail<bellows::wire_error>(done, " epochs done, more than the ", options_->epochs, " to train");
@@ -312,7 +323,7 @@ private:
   }
 
   const train_options* options_;
-  std::size_t train_count_;
+  std::size_t train_count_, epoch_count_;
   Model* model_;
   Optimizer* optimizer_;
   Averaging* averaging_;
@@ -323,12 +334,28 @@ private:
 
 namespace detail {
 
+/// Bit id set where tensor id is at the high level (an averaging object with a synchronizer's
+/// telemetry), else 0.
+template <class Averaging>
+[[nodiscard]] std::uint64_t high_level_bits(const Averaging& averaging) {
+  std::uint64_t bits = 0;
+  if constexpr (requires { averaging.telemetry(); }) {
+    const auto layers = averaging.telemetry();
+    BELLOWS_EXPECTS(layers.size() <= 64, "fmnist: epoch reports record the levels of at most 64 tensors, the "
+                    "model has ", layers.size());
+    for (std::size_t id = 0; id < layers.size(); ++id)
+      if (layers[id].level == bellows::regime::normal) bits |= std::uint64_t{1} << id;
+  }
+  return bits;
+}
+
 /// The training loop of one worker, rank comm.rank() of comm.size(), on the images of `table`'s
 /// standardisation. Returns the weights on every rank and the epoch reports on rank 0.
 template <bellows::Collective Coll, class MakeAveraging, class OnEpoch>
 train_result train_worker(const dataset& data, const train_options& options, std::span<const float> table,
                           Coll& comm, MakeAveraging& make_averaging, OnEpoch& on_epoch) {
   const std::size_t train_count = options.train_images(data), test_count = options.test_images(data);
+  const std::size_t epoch_count = options.epoch_images(data);
   const std::size_t batch = options.batch;
   const std::size_t rank = comm.rank(), workers = comm.size();
   mlp<float> model(options.seed, batch);
@@ -344,7 +371,7 @@ train_result train_worker(const dataset& data, const train_options& options, std
                   "fmnist: checkpoints need an averaging object with checkpoint() and restore()");
   [[maybe_unused]] auto saver = [&] {
     if constexpr (checkpointable_averaging<averaging_type>)
-      return training_checkpoint(options, train_count, model, optimizer, averaging);
+      return training_checkpoint(options, train_count, epoch_count, model, optimizer, averaging);
     else
       return 0;
   }();
@@ -354,8 +381,8 @@ train_result train_worker(const dataset& data, const train_options& options, std
       first_epoch = done.size();
       if (rank == 0) {
         result.epochs = std::move(done);
-        if constexpr (requires { on_epoch.resumed(std::as_const(averaging)); })
-          on_epoch.resumed(std::as_const(averaging));
+        if constexpr (requires { on_epoch.resumed(std::as_const(averaging), result.epochs); })
+          on_epoch.resumed(std::as_const(averaging), std::as_const(result.epochs));
       }
     }
   }
@@ -364,13 +391,15 @@ train_result train_worker(const dataset& data, const train_options& options, std
   std::vector<float> x(batch * image_size);
   std::vector<std::uint8_t> labels(batch);
   std::vector<std::uint32_t> order(train_count), test_items(batch);
-  // Each epoch every worker takes its own contiguous part of the shuffled order.
-  const std::size_t shard = train_count / workers, steps = shard / batch;
+  // Each epoch every worker takes its own contiguous part of the first epoch_count images of the
+  // shuffled order.
+  const std::size_t shard = epoch_count / workers, steps = shard / batch;
   const std::size_t test_lo = test_count * rank / workers, test_hi = test_count * (rank + 1) / workers;
 
   for (std::size_t epoch = first_epoch; epoch < options.epochs; ++epoch) {
     const auto start = std::chrono::steady_clock::now();
     const float lr = options.schedule.at(epoch);
+    const std::uint64_t high_levels = high_level_bits(averaging);
     shuffle(order, options.seed, epoch);
     double train_loss = 0;
     std::size_t skipped = 0;
@@ -410,6 +439,7 @@ train_result train_worker(const dataset& data, const train_options& options, std
     report.steps = steps;
     report.skipped_steps = skipped;
     report.sent = averaging.total_sent();
+    report.high_levels = high_levels;
     report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (rank == 0) result.epochs.push_back(report);
     if constexpr (checkpointable_averaging<averaging_type>) {
@@ -427,8 +457,9 @@ train_result train_worker(const dataset& data, const train_options& options, std
 /// Trains `options.epochs` epochs on `options.workers` threads. `make_averaging(layers)` is called
 /// on every worker with the model's tensors (ids 0, 1, ...; name and shape) and returns that
 /// worker's gradient_averaging object; `on_epoch(report, averaging)` is called on rank 0 after
-/// every epoch (after its checkpoint is saved), and `on_epoch.resumed(averaging)`, if it has one,
-/// after a resume. Exceptions of any worker are rethrown here.
+/// every epoch (after its checkpoint is saved), and `on_epoch.resumed(averaging, reports)`, if it
+/// has one, after a resume, with the reports of the epochs the checkpoint holds. Exceptions of
+/// any worker are rethrown here.
 template <class MakeAveraging, class OnEpoch = ignore_epoch>
 train_result train(const dataset& data, const train_options& options, MakeAveraging make_averaging,
                    OnEpoch on_epoch = {}) {

@@ -2,6 +2,8 @@
 // The Fashion-MNIST comparison (examples/fmnist/runs.hpp, report.hpp, svg.hpp): the quick
 // configuration of scripts/demo.sh --quick trained for real and its files checked, and the
 // summary's verdict logic on results made up by hand.
+#include "fmnist/ablation.hpp"
+#include "fmnist/cli.hpp"
 #include "fmnist/report.hpp"
 #include "fmnist/runs.hpp"
 #include "fmnist/svg.hpp"
@@ -75,6 +77,9 @@ TEST_CASE("fmnist demo: the quick comparison writes every run, seed, epoch and f
   const nlohmann::json j = nlohmann::json::parse(read_text(dir / "results.json"));
   CHECK(j["config"]["epochs"] == epochs);
   CHECK(j["config"]["accordion"]["interval"] == config.accordion.interval);
+  CHECK(j["config"]["epoch_images"] == config.train.epoch_images(*data));
+  CHECK(j["config"]["level_change"] == "keep");
+  CHECK(j["config"]["powersgd"]["low_ranks"] == nlohmann::json(config.powersgd_low_ranks));
   REQUIRE(j["layers"].size() == 6);
   CHECK(j["layers"][0]["name"] == "fc1.weight");
   CHECK(j["layers"][0]["shape"] == nlohmann::json::array({256, 784}));
@@ -103,12 +108,14 @@ TEST_CASE("fmnist demo: the quick comparison writes every run, seed, epoch and f
     if (id.ends_with("-high")) CHECK(run["epochs"][0]["levels"][0] == "high");
     if (id.ends_with("-low") || id.ends_with("-accordion")) CHECK(run["epochs"][0]["levels"][0] == "low");
   }
-  for (const fmnist::run_spec& spec : fmnist::all_runs()) CHECK_MESSAGE(runs.count(spec.id()) == 1, spec.id());
+  for (const fmnist::run_spec& spec : fmnist::all_runs(config.powersgd_low_ranks.size()))
+    CHECK_MESSAGE(runs.count(spec.id()) == 1, spec.id());
 
   const std::string md = read_text(dir / "results.md");
   for (const fmnist::run_spec& spec : config.runs) CHECK(md.find("| " + config.label(spec) + " |") != std::string::npos);
-  CHECK(md.find("- PowerSGD: the claim ") != std::string::npos);
-  CHECK(md.find("- top-k: the claim ") != std::string::npos);
+  CHECK(md.find("- PowerSGD Accordion (rank 4 ↔ 1): the claim ") != std::string::npos);
+  CHECK(md.find("- PowerSGD Accordion (rank 2 ↔ 1): the claim ") != std::string::npos);
+  CHECK(md.find("- top-k Accordion (ratio 0.99 ↔ 0.1): the claim ") != std::string::npos);
   for (const char* plot : {"accuracy.svg", "floats.svg", "levels.svg"}) {
     const std::string svg = read_text(dir / plot);
     CHECK(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
@@ -145,7 +152,7 @@ TEST_CASE("fmnist demo: the verdict compares Accordion with static low as the is
   CHECK(v.floats_ratio == doctest::Approx(0.6));
   CHECK(v.floats_hold());
   CHECK(v.accordion->high_share == doctest::Approx(1.0));  // the bias is dense and does not count
-  CHECK(fmnist::verdict_lines(holds).starts_with("PowerSGD: the claim HOLDS."));
+  CHECK(fmnist::verdict_lines(holds).starts_with("PowerSGD Accordion (rank 4 ↔ 1): the claim HOLDS."));
 
   const fmnist::summary too_low = verdict(0.874, 0.870, 500);
   CHECK_FALSE(too_low.verdicts[0].accuracy_holds());
@@ -176,4 +183,171 @@ TEST_CASE("fmnist demo: bad configurations raise bellows::error naming the value
   fmnist::comparison_config bad_interval;
   bad_interval.accordion.interval = 0;
   CHECK_THROWS_WITH_AS(bad_interval.validate(), doctest::Contains("interval must be at least 1"), bellows::error);
+}
+
+namespace {
+
+/// The epochs in which a real Accordion detector puts its layer on the low level when the
+/// gradient never changes (so no check finds a critical regime): those the schedule forces.
+std::vector<std::size_t> detector_low_epochs(const fmnist::comparison_config& config) {
+  bellows::accordion detector(config.accordion);
+  detector.add_layer({0, "w", bellows::shape{4, 4}});
+  bellows::archetypes::collective solo;
+  const std::vector<float> g(16, 0.25f);
+  std::vector<std::size_t> low;
+  for (std::size_t e = 0; e < config.train.epochs; ++e) {
+    if (detector.regimes()[0] == bellows::regime::critical) low.push_back(e);
+    (void)detector.observe(0, g);
+    (void)detector.end_epoch(e, config.train.schedule.at(e + 1), solo);
+  }
+  return low;
+}
+
+std::vector<std::size_t> forced_epochs(const fmnist::comparison_config& config) {
+  std::vector<std::size_t> forced;
+  for (std::size_t e = 0; e < config.train.epochs; ++e)
+    if (fmnist::schedule_forces_low(config, e)) forced.push_back(e);
+  return forced;
+}
+
+/// A made-up run of `accuracies.size()` epochs at the given accuracies and levels of tensor 0.
+fmnist::run_result made_up_epochs(const std::vector<double>& accuracies, const std::string& levels) {
+  fmnist::run_result r = made_up({fmnist::method::powersgd, fmnist::policy::accordion}, 1, 0, 0);
+  r.epochs.clear();
+  for (std::size_t e = 0; e < accuracies.size(); ++e) {
+    fmnist::epoch_record rec;
+    rec.report.epoch = e;
+    rec.report.test_accuracy = accuracies[e];
+    rec.levels = {levels[e] == 'H' ? fmnist::level::high : fmnist::level::low, fmnist::level::dense};
+    r.epochs.push_back(rec);
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("fmnist demo: the epochs the schedule forces low are those a real detector runs low on flat norms") {
+  // The issue's example: 12 epochs, a check every 2, decays from epochs 6 and 9.
+  fmnist::comparison_config old;
+  fmnist::set_epochs(old, 12);
+  old.accordion.interval = 2;
+  CHECK(forced_epochs(old) == std::vector<std::size_t>{0, 1, 2, 6, 9, 10});
+  CHECK(detector_low_epochs(old) == forced_epochs(old));
+  // The full comparison: 48 epochs, a check every epoch, decays from epochs 24 and 36.
+  const fmnist::comparison_config full = fmnist::full_comparison();
+  CHECK(forced_epochs(full) == std::vector<std::size_t>{0, 1, 24, 36});
+  CHECK(detector_low_epochs(full) == forced_epochs(full));
+  for (const std::size_t interval : {3, 5, 10}) {
+    fmnist::comparison_config other = full;
+    other.accordion.interval = interval;
+    CAPTURE(interval);
+    CHECK(detector_low_epochs(other) == forced_epochs(other));
+  }
+}
+
+TEST_CASE("fmnist demo: the floor weighs static low's and static high's epochs as the schedule forces them") {
+  // Static low sends 1000 floats an epoch, static high 295: the issue's 12-epoch schedule has a
+  // floor of 6/12 + 6/12 x 0.295 = 64.75%.
+  fmnist::comparison_config config;
+  fmnist::set_epochs(config, 12);
+  config.accordion.interval = 2;
+  fmnist::run_summary low, high;
+  low.epoch_floats.assign(12, 1000.0);
+  high.epoch_floats.assign(12, 295.0);
+  CHECK(fmnist::schedule_floor(config, low, high) == doctest::Approx(0.6475));
+  // Epochs of other costs: the forced epochs count at static low's cost, the others at high's.
+  for (std::size_t e = 0; e < 12; ++e) {
+    low.epoch_floats[e] = 100.0 + static_cast<double>(e);
+    high.epoch_floats[e] = 10.0 + static_cast<double>(e);
+  }
+  double want = 0, all = 0;
+  for (const std::size_t e : {0, 1, 2, 6, 9, 10}) want += 100.0 + static_cast<double>(e);
+  for (const std::size_t e : {3, 4, 5, 7, 8, 11}) want += 10.0 + static_cast<double>(e);
+  for (std::size_t e = 0; e < 12; ++e) all += 100.0 + static_cast<double>(e);
+  CHECK(fmnist::schedule_floor(config, low, high) == doctest::Approx(want / all));
+}
+
+TEST_CASE("fmnist demo: the deepest drop after a switch to the high level") {
+  // A switch at epoch 2 (88 -> 80, then 84) and at epoch 5 (87 -> 86, then 85): 8 points.
+  CHECK(fmnist::deepest_drop(made_up_epochs({0.80, 0.88, 0.80, 0.84, 0.87, 0.85, 0.86}, "LLHHLHH")) ==
+        doctest::Approx(0.08));
+  // The lowest of the two epochs after the switch counts: 88 -> 86 -> 79.
+  CHECK(fmnist::deepest_drop(made_up_epochs({0.80, 0.88, 0.86, 0.79}, "LLHH")) == doctest::Approx(0.09));
+  // A switch in the last epoch has one epoch after it.
+  CHECK(fmnist::deepest_drop(made_up_epochs({0.80, 0.88, 0.85}, "LLH")) == doctest::Approx(0.03));
+  // No switch to high (high to low, or never), or a rise: 0.
+  CHECK(fmnist::deepest_drop(made_up_epochs({0.80, 0.70, 0.60}, "HHL")) == 0.0);
+  CHECK(fmnist::deepest_drop(made_up_epochs({0.80, 0.70, 0.60}, "LLL")) == 0.0);
+  CHECK(fmnist::deepest_drop(made_up_epochs({0.80, 0.85, 0.90}, "LHH")) == 0.0);
+}
+
+TEST_CASE("fmnist demo: the command line sets the levels, momentum, level change and images per epoch") {
+  const auto parse = [](std::vector<std::string> args) {
+    args.insert(args.begin(), "fmnist_demo");
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    return fmnist::cli::parse(static_cast<int>(argv.size()), argv.data());
+  };
+  const fmnist::cli::command c =
+      parse({"--powersgd-low", "8,2", "--powersgd-high", "2", "--topk-low", "0.5", "--topk-high", "0.05",
+             "--momentum", "0.8", "--level-change", "reset", "--epoch-images", "6000", "--runs",
+             "powersgd-accordion-pair2,topk-low"});
+  CHECK(c.config.powersgd_low_ranks == std::vector<std::size_t>{8, 2});
+  CHECK(c.config.powersgd_high_rank == 2);
+  CHECK(c.config.topk_low_ratio == doctest::Approx(0.5));
+  CHECK(c.config.topk_high_ratio == doctest::Approx(0.05));
+  CHECK(c.config.train.momentum == doctest::Approx(0.8f));
+  CHECK(c.config.level_change == bellows::level_change::reset);
+  CHECK(c.config.train.epoch_limit == 6000);
+  REQUIRE(c.config.runs.size() == 2);
+  CHECK(c.config.runs[0] == fmnist::run_spec{fmnist::method::powersgd, fmnist::policy::accordion, 1});
+  CHECK(c.config.label(c.config.runs[0]) == "PowerSGD Accordion (rank 2 ↔ 2)");
+  // --powersgd-low alone trains every run of its pairs.
+  CHECK(parse({"--powersgd-low", "4"}).config.runs == fmnist::all_runs(1));
+  CHECK(parse({"--ablation"}).ablation);
+  CHECK_THROWS_WITH_AS(parse({"--level-change", "drop"}), doctest::Contains("'drop' is neither keep nor reset"),
+                       fmnist::cli::usage_error);
+  CHECK_THROWS_WITH_AS(parse({"--powersgd-low", "4", "--runs", "powersgd-low-pair2"}),
+                       doctest::Contains("no run named 'powersgd-low-pair2'"), fmnist::cli::usage_error);
+  fmnist::comparison_config pair_out_of_range;
+  pair_out_of_range.runs = {{fmnist::method::powersgd, fmnist::policy::accordion, 2}};
+  CHECK_THROWS_WITH_AS(pair_out_of_range.validate(), doctest::Contains("'powersgd-accordion-pair3' needs 3 low levels"),
+                       bellows::error);
+}
+
+TEST_CASE("fmnist demo: the ablation trains every group and tabulates each pair against its static low") {
+  const fmnist::dataset* data = fmnist::testing::real_data();
+  if (data == nullptr) return;
+  fmnist::comparison_config base = fmnist::testing::small_comparison(3, 512, {});
+  base.train.epoch_limit = 256;
+  const auto dir = std::filesystem::temp_directory_path() / "bellows_fmnist_ablation_test";
+  std::filesystem::remove_all(dir);
+  std::size_t epochs = 0;
+  const std::vector<fmnist::ablation_row> rows =
+      fmnist::run_ablation(*data, base, dir, [&](const fmnist::run_result&) { ++epochs; });
+  // 2 rates x (2 static low + 2 Accordion under keep, 2 Accordion under reset) runs of 3 epochs.
+  CHECK(epochs == 2 * 6 * 3);
+  REQUIRE(rows.size() == 2 * 2 * 2);
+  const std::string md = read_text(dir / "results.md");
+  for (const fmnist::ablation_row& r : rows) {
+    CAPTURE(r.accordion.label);
+    CHECK(r.accordion.spec.when == fmnist::policy::accordion);
+    CHECK(r.low.spec == fmnist::run_spec{fmnist::method::powersgd, fmnist::policy::static_low, r.accordion.spec.pair});
+    CHECK(r.floats_share() > 0);
+    CHECK(r.floats_share() <= 1);
+    const nlohmann::json j =
+        nlohmann::json::parse(read_text(dir / fmnist::ablation_folder(r.lr, r.change) / "results.json"));
+    CHECK(j["config"]["lr"].get<double>() == doctest::Approx(r.lr));
+    CHECK(j["config"]["level_change"] == bellows::to_string(r.change));
+    CHECK(j["runs"].size() == (r.change == bellows::level_change::keep ? 4 : 2));
+    CHECK(md.find(fmnist::detail::format("| %s | %g | %s |", r.accordion.label.c_str(), static_cast<double>(r.lr),
+                                         bellows::to_string(r.change))) != std::string::npos);
+  }
+  // Rows by pair (rank 4 first), then rate, then level change.
+  CHECK(rows[0].accordion.spec.pair == 0);
+  CHECK(rows[4].accordion.spec.pair == 1);
+  CHECK(rows[0].lr == 0.05f);
+  CHECK(rows[2].lr == 0.025f);
+  CHECK(rows[1].change == bellows::level_change::reset);
+  std::filesystem::remove_all(dir);
 }

@@ -103,6 +103,28 @@ TEST_CASE("fmnist training: a seed gives the same weights bit for bit; another s
   CHECK(other.weights != first.weights);
 }
 
+TEST_CASE("fmnist training: epoch_limit trains each epoch on a fresh subset of the training images") {
+  const fmnist::dataset* data = real_data();
+  if (data == nullptr) return;
+  const fmnist::train_options all = small(7);
+  fmnist::train_options limited = all;
+  limited.epoch_limit = all.train_limit;  // the whole set: the same training, bit for bit
+  CHECK(fmnist::train(*data, limited, uncompressed).weights == fmnist::train(*data, all, uncompressed).weights);
+  // Half of the 256 images per epoch: half the steps, and not the first 128 images every epoch
+  // (train_limit 128), which standardise and shuffle the same way only by accident.
+  limited.epoch_limit = 128;
+  fmnist::train_options first_half = all;
+  first_half.train_limit = 128;
+  const fmnist::train_result half = fmnist::train(*data, limited, uncompressed);
+  REQUIRE(half.epochs.size() == 2);
+  CHECK(half.epochs[0].steps == 128 / 4 / 16);
+  CHECK(half.epochs[1].steps == 128 / 4 / 16);
+  CHECK(half.weights != fmnist::train(*data, first_half, uncompressed).weights);
+  // A larger limit gives more steps.
+  limited.epoch_limit = 192;
+  CHECK(fmnist::train(*data, limited, uncompressed).epochs[0].steps == 192 / 4 / 16);
+}
+
 TEST_CASE("fmnist training: a step the averaging reports non_finite is skipped on every worker") {
   const fmnist::dataset* data = real_data();
   if (data == nullptr) return;
@@ -129,8 +151,14 @@ TEST_CASE("fmnist training: bad options raise bellows::error naming the value") 
                        bellows::error);
   o.workers = 4;
   CHECK_THROWS_WITH_AS(fmnist::train(tiny, o, uncompressed),
-                       doctest::Contains("100 training images are too few for 4 workers of batch 64"),
+                       doctest::Contains("100 training images per epoch are too few for 4 workers of batch 64"),
                        bellows::error);
+  o.batch = 8;
+  o.epoch_limit = 24;
+  CHECK_THROWS_WITH_AS(fmnist::train(tiny, o, uncompressed),
+                       doctest::Contains("24 training images per epoch are too few for 4 workers of batch 8"),
+                       bellows::error);
+  o.epoch_limit = 0;
   o.batch = 8;
   o.epochs = 0;
   CHECK_THROWS_WITH_AS(fmnist::train(tiny, o, uncompressed), doctest::Contains("epochs must be >= 1, got 0"),

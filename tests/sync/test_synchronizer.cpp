@@ -594,3 +594,126 @@ TEST_CASE("synchronizer: a checkpoint whose detector is at another epoch than th
   (void)fresh.end_epoch(0.1f, solo);  // the intact file goes on
   CHECK(fresh.epoch() == 2);
 }
+
+namespace {
+
+/// PowerSGD at rank 4 (low) and 1 (high) under a script that moves layer 0 (20 x 30) to the high
+/// level after epoch 0 and back after epoch 1, and keeps layer 2 (4 x 27) low; layer 1 is a bias.
+auto make_switching_powersgd(bellows::level_change change) {
+  using R = bellows::regime;
+  const std::vector<std::vector<R>> script{{R::normal, R::critical, R::critical},
+                                           {R::critical, R::critical, R::critical}};
+  bellows::synchronizer sync(bellows::powersgd<>({.rank = 4}), bellows::powersgd<>({.rank = 1}),
+                             scripted{script, {}, {}});
+  sync.set_level_change(change);
+  for (std::uint32_t id = 0; id < 3; ++id) sync.add_layer(numbered("l", id), shapes[id]);
+  return sync;
+}
+
+/// Two steps of seeded gradients (steps 2e and 2e + 1), then the end of the epoch.
+template <class Sync>
+void train_epoch(Sync& sync, int e) {
+  bellows::archetypes::collective solo;
+  for (int s = 2 * e; s < 2 * e + 2; ++s) {
+    auto g = grads_of(0, s);
+    std::vector<std::span<float>> v(g.begin(), g.end());
+    (void)sync.step(v, solo);
+  }
+  (void)sync.end_epoch(0.1f, solo);
+}
+
+std::vector<float> copy_of(std::span<const float> x) { return {x.begin(), x.end()}; }
+bool all_zero(std::span<const float> x) {
+  return std::ranges::all_of(x, [](float y) { return y == 0.0f; });
+}
+
+}  // namespace
+
+TEST_CASE("synchronizer: level change keep carries a switching layer's state over, reset starts it afresh") {
+  bellows::archetypes::collective solo;
+  auto keep = make_switching_powersgd(bellows::level_change::keep);
+  auto reset = make_switching_powersgd(bellows::level_change::reset);
+  train_epoch(keep, 0);
+  train_epoch(reset, 0);
+
+  // The state layer 0 would start from at rank 1, as a new reducer would build it.
+  const bellows::powersgd<> rank1({.rank = 1}), rank4({.rank = 4});
+  const auto fresh1 = rank1.make_state(keep.layer(0));
+  // keep: the memory and the first query column of the rank-4 state are still there.
+  const auto& kept = keep.state(0);
+  CHECK(!all_zero(kept.memory.values()));
+  CHECK(kept.step == 2);
+  // reset: memory zero, query = the fresh rank-1 draw, the step counter carried over.
+  const auto& was_reset = reset.state(0);
+  CHECK(all_zero(was_reset.memory.values()));
+  CHECK(was_reset.query == fresh1.query);
+  CHECK(was_reset.step == 2);
+  // The warm-started query has moved away from the first draw.
+  CHECK(!std::ranges::equal(std::span(kept.query).first(30), fresh1.query));
+  // A layer that did not switch is untouched by reset.
+  CHECK(copy_of(reset.state(2).memory.values()) == copy_of(keep.state(2).memory.values()));
+  CHECK(reset.state(2).query == keep.state(2).query);
+
+  // The next step of the reset layer equals a rank-1 compressor's on a fresh state, bit for bit.
+  auto by_hand_state = rank1.make_state(reset.layer(0));
+  bellows::powersgd<> rank1_compressor({.rank = 1});
+  auto g = grads_of(0, 4);
+  std::vector<float> want = g[0];
+  (void)rank1_compressor.reduce(by_hand_state, want, solo);
+  std::vector<std::span<float>> v(g.begin(), g.end());
+  (void)reset.step(v, solo);
+  CHECK(g[0] == want);
+
+  // Back to rank 4 after epoch 1: reset draws the rank-4 query afresh and zeroes the memory again.
+  (void)reset.step(v, solo);
+  (void)reset.end_epoch(0.1f, solo);
+  CHECK(reset.state(0).query == rank4.make_state(reset.layer(0)).query);
+  CHECK(all_zero(reset.state(0).memory.values()));
+  CHECK(reset.state(0).step == 4);
+  // keep, the same way back: the column rank 1 trained and the memory stay; the next rank-4 step
+  // draws only columns 1 to 3.
+  train_epoch(keep, 1);
+  CHECK(keep.state(0).query.size() == 30);
+  CHECK(keep.state(0).query != fresh1.query);
+  CHECK(!all_zero(keep.state(0).memory.values()));
+}
+
+TEST_CASE("synchronizer: top-k under level change reset zeroes the memory of a switching layer only") {
+  using R = bellows::regime;
+  const std::vector<std::vector<R>> script{{R::normal, R::critical, R::critical}};
+  bellows::synchronizer sync(bellows::topk<>({.ratio = 0.5}), bellows::topk<>({.ratio = 0.1}),
+                             scripted{script, {}, {}});
+  sync.set_level_change(bellows::level_change::reset);
+  for (std::uint32_t id = 0; id < 3; ++id) sync.add_layer(numbered("l", id), shapes[id]);
+  bellows::archetypes::collective solo;
+  auto g = grads_of(0, 0);
+  std::vector<std::span<float>> v(g.begin(), g.end());
+  (void)sync.step(v, solo);
+  const std::vector<float> memory2 = copy_of(sync.state(2).memory.values());
+  REQUIRE(!all_zero(sync.state(0).memory.values()));
+  (void)sync.end_epoch(0.1f, solo);
+  CHECK(all_zero(sync.state(0).memory.values()));
+  CHECK(sync.state(0).step == 1);
+  CHECK(copy_of(sync.state(2).memory.values()) == memory2);
+}
+
+TEST_CASE("synchronizer: a checkpoint records the level change and restores only under the same one") {
+  auto reset = make_switching_powersgd(bellows::level_change::reset);
+  train_epoch(reset, 0);
+  const std::vector<std::byte> bytes = reset.checkpoint();
+  auto keep = make_switching_powersgd(bellows::level_change::keep);
+  const auto before = keep.checkpoint();
+  CHECK_THROWS_WITH_AS(keep.restore(bytes),
+                       doctest::Contains("saved with level change 'reset', this synchronizer is set to 'keep'"),
+                       bellows::wire_error);
+  CHECK(keep.checkpoint() == before);
+  auto invalid = bytes;
+  invalid[40] = std::byte{7};  // magic, version, hash, count, steps, epoch: 40 bytes, then the option
+  auto other_reset = make_switching_powersgd(bellows::level_change::reset);
+  CHECK_THROWS_WITH_AS(other_reset.restore(invalid), doctest::Contains("invalid level change"), bellows::wire_error);
+  // Restored under reset it goes on as the original: epoch 1 switches layer 0 back, afresh.
+  other_reset.restore(bytes);
+  train_epoch(reset, 1);
+  train_epoch(other_reset, 1);
+  CHECK(other_reset.checkpoint() == reset.checkpoint());
+}

@@ -6,8 +6,11 @@
 // Levels. The synchronizer holds two instances of one compressor type, `low` (used in critical
 // regimes: rank 4, ratio 0.99, 8 bits, ...) and `high` (elsewhere), and one state per layer that
 // both instances run on, so a layer that changes level keeps its error memory (and, for
-// PowerSGD, the shared columns of its query). A static baseline is the same object with a
-// static_policy detector.
+// PowerSGD, the shared columns of its query). With level_change::reset a layer that changes
+// level starts from the fresh state of its new level instead (memory zero, PowerSGD's query the
+// first draw), as the Accordion authors' code does when it builds a new reducer; only the step
+// counter carries over, so random streams keyed by it do not repeat. A static baseline is the
+// same object with a static_policy detector.
 //
 // Non-finite gradients. Outside the epochs in which the detector observes, each compressor's own
 // first exchange makes the ranks agree. In observed epochs the detector must see only gradients
@@ -37,6 +40,16 @@
 #include "bellows/regime/accordion_types.hpp"
 
 namespace bellows {
+
+/// What a layer's compressor state does when the layer changes level (synchronizer option).
+enum class level_change : std::uint8_t {
+  keep,   ///< keep the state: error memory, and PowerSGD's first min(r_old, r_new) query columns
+  reset,  ///< the new level's fresh state: memory zero, PowerSGD's query drawn as at step 0
+};
+
+[[nodiscard]] constexpr const char* to_string(level_change c) noexcept {
+  return c == level_change::keep ? "keep" : "reset";
+}
 
 /// What the synchronizer knows of a layer after its steps so far.
 struct layer_telemetry {
@@ -126,10 +139,23 @@ public:
   template <Collective Coll>
   std::span<const regime> end_epoch(float lr, Coll& coll) {
     const std::span<const regime> next = detector_.end_epoch(epoch_, lr, coll);
-    for (std::size_t id = 0; id < layers_.size(); ++id) telemetry_[id].level = next[id];
+    for (std::size_t id = 0; id < layers_.size(); ++id) {
+      layer_telemetry& t = telemetry_[id];
+      if (level_change_ == level_change::reset && t.participates && next[id] != t.level) {
+        // Allocates, once per switch at an epoch's end.
+        state_type fresh = (next[id] == regime::critical ? low_ : high_).make_state(layers_[id]);
+        fresh.step = states_[id].step;
+        states_[id] = std::move(fresh);
+      }
+      t.level = next[id];
+    }
     ++epoch_;
     return next;
   }
+
+  /// What a layer's state does when the layer changes level (default keep). Every rank must set
+  /// the same; a checkpoint records it and restores only into a synchronizer set the same way.
+  void set_level_change(level_change c) noexcept { level_change_ = c; }
 
   /// Measure each layer's raw local gradient norm per step (one extra read of every gradient).
   void measure_gradient_norms(bool on) noexcept { measure_norms_ = on; }
@@ -162,6 +188,7 @@ public:
     w.put<std::uint64_t>(layers_.size());
     w.put(steps_);
     w.put(epoch_);
+    w.put(level_change_);
     for (std::size_t id = 0; id < layers_.size(); ++id) {
       const layer_telemetry& t = telemetry_[id];
       w.put(t.level);
@@ -208,6 +235,12 @@ public:
     D detector = detector_;
     const auto steps = r.get<std::uint64_t>("steps");
     const auto epoch = r.get<std::uint64_t>("epoch");
+    if (const auto c = r.get<level_change>("level change"); c != level_change_) {
+      if (c != level_change::keep && c != level_change::reset)
+        detail::fail<wire_error>("synchronizer: checkpoint holds an invalid level change");
+      detail::fail<wire_error>("synchronizer: checkpoint saved with level change '", to_string(c),
+                               "', this synchronizer is set to '", to_string(level_change_), "'");
+    }
     for (std::size_t id = 0; id < layers_.size(); ++id) {
       layer_telemetry& t = telemetry[id];
       t.level = r.get<regime>("level");
@@ -235,7 +268,7 @@ public:
 
 private:
   static constexpr std::uint32_t file_magic = 0x43574C42u;  // "BLWC"
-  static constexpr std::uint32_t file_version = 2;  // 2: Accordion's sums in float
+  static constexpr std::uint32_t file_version = 3;  // 2: Accordion's sums in float; 3: level change
 
   [[nodiscard]] bool observing(std::size_t id) const {
     if constexpr (requires { detector_.observing(id); })
@@ -306,6 +339,7 @@ private:
   std::uint64_t hash_ = 0xCBF29CE484222325ULL;
   std::uint64_t steps_ = 0, epoch_ = 0;
   bool measure_norms_ = false;
+  level_change level_change_ = level_change::keep;
 };
 
 }  // namespace bellows
