@@ -6,7 +6,8 @@
 //   passes  the sequence they ran before: zero the output, add each payload's decoded values
 //           into it (unpack_dequantize accumulating, scatter_add), divide it by W
 // Both give the same bits (tests/cpu/test_quantize.cpp and test_sparse.cpp check it). x_floor
-// counts streaming reads of the 2^24 output floats. Names: average/<codec>/<way>/W:<ranks>.
+// counts streaming reads of the 2^24 output floats. Names: average/<codec>/<way>/W:<ranks>, and
+// average/write_output, one fill of the output: the write every average costs at least.
 #include <bellows/cpu/elementwise.hpp>
 #include <bellows/cpu/quantize.hpp>
 #include <bellows/cpu/sparse.hpp>
@@ -129,7 +130,17 @@ void topk_passes(benchmark::State& state) {
   });
 }
 
+/// The least any average costs: one write of the output (the library's fill, a string store).
+void write_output(benchmark::State& state) {
+  std::vector<float> out(n);
+  bellows::bench::run_against_floor(state, out, [&] {
+    bellows::cpu::fill(one_thread(), out, 0.0f);
+    benchmark::DoNotOptimize(out.data());
+  });
+}
+
 #define BELLOWS_AVERAGE_ARGS ArgName("W")->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->Unit(benchmark::kMillisecond)
+BENCHMARK(write_output)->Name("average/write_output")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(qsgd_fused)->Name("average/qsgd8/fused")->BELLOWS_AVERAGE_ARGS;
 BENCHMARK(qsgd_passes)->Name("average/qsgd8/passes")->BELLOWS_AVERAGE_ARGS;
 BENCHMARK(topk_fused)->Name("average/topk1%/fused")->BELLOWS_AVERAGE_ARGS;
