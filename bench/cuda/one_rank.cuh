@@ -20,7 +20,7 @@ struct one_rank {
   [[nodiscard]] cudaStream_t stream() const noexcept { return nullptr; }
   void allreduce_sum(std::span<float>) noexcept {}
   void allgather(std::span<const std::byte>, gather_buffer&) {
-    detail::fail<error>("one_rank: the device steps gather slots only");
+    fail<error>("one_rank: the device steps gather slots only");
   }
   void allgather_slots(std::span<const std::byte>, std::span<std::byte>, std::size_t) noexcept {}
 };

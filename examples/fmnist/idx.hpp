@@ -54,7 +54,7 @@ namespace detail {
 /// Raises bellows::error for a problem with `file`.
 template <class... Parts>
 [[noreturn]] void fail_in(const std::filesystem::path& file, const Parts&... parts) {
-  bellows::detail::fail("fmnist: ", file, ": ", parts...);
+  bellows::fail("fmnist: ", file, ": ", parts...);
 }
 
 /// "0x" and the bytes in hex.
@@ -72,7 +72,7 @@ template <class... Parts>
 [[nodiscard]] inline std::vector<std::uint8_t> read_gzip(const std::filesystem::path& file) {
   const std::unique_ptr<gzFile_s, int (*)(gzFile)> in(gzopen(file.c_str(), "rb"), gzclose);
   if (!in)
-    bellows::detail::fail("fmnist: cannot open ", file, " (install Debian's dataset-fashion-mnist "
+    bellows::fail("fmnist: cannot open ", file, " (install Debian's dataset-fashion-mnist "
                           "package, or name a folder of the IDX files with --data or $",
                           dir_variable, ")");
   std::vector<std::uint8_t> bytes;
@@ -149,7 +149,7 @@ struct split {
     detail::fail_in(images_file, "images of ", images.dims[1], "x", images.dims[2], " pixels, expected ",
                     image_rows, "x", image_cols);
   if (images.dims[0] != labels.dims[0])
-    bellows::detail::fail("fmnist: count mismatch: ", images_file, " holds ", images.dims[0],
+    bellows::fail("fmnist: count mismatch: ", images_file, " holds ", images.dims[0],
                           " images, ", labels_file, " holds ", labels.dims[0], " labels");
   for (std::size_t i = 0; i < labels.data.size(); ++i)
     if (labels.data[i] >= classes)

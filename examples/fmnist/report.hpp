@@ -130,9 +130,9 @@ inline std::string format(const char* fmt, ...) {
 
 inline void write_text(const std::filesystem::path& path, std::string_view text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) bellows::detail::fail("fmnist: cannot create ", path);
+  if (!out) bellows::fail("fmnist: cannot create ", path);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  if (!out.flush()) bellows::detail::fail("fmnist: cannot write ", path);
+  if (!out.flush()) bellows::fail("fmnist: cannot write ", path);
 }
 
 /// Share of the compressed layers' elements that ran at the high level during an epoch (0 when

@@ -279,13 +279,13 @@ public:
     }
     comm.broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&size, 1)), 0);
     if (failure) std::rethrow_exception(failure);
-    if (size == unreadable) bellows::detail::fail("fmnist: rank 0 could not read the checkpoint ", path);
+    if (size == unreadable) bellows::fail("fmnist: rank 0 could not read the checkpoint ", path);
     file.resize(size);
     comm.broadcast(file, 0);
     try {
       return read(file, comm.rank(), comm.size());
     } catch (const bellows::wire_error& e) {
-      bellows::detail::fail<bellows::wire_error>(path.string(), ": ", e.what());
+      bellows::fail<bellows::wire_error>(path.string(), ": ", e.what());
     }
   }
 
@@ -298,12 +298,12 @@ private:
     put_settings(expected, *options_, workers, train_count_, epoch_count_);
     for (const std::byte b : expected.bytes())
       if (r.get<std::byte>("settings") != b)
-        bellows::detail::fail<bellows::wire_error>(
+        bellows::fail<bellows::wire_error>(
             "not a checkpoint of this training (another version, seed, number of workers, batch or "
             "number of training images or images per epoch)");
     const auto done = r.get<std::uint64_t>("epochs done");
     if (done > options_->epochs)
-      bellows::detail::fail<bellows::wire_error>(done, " epochs done, more than the ", options_->epochs, " to train");
+      bellows::fail<bellows::wire_error>(done, " epochs done, more than the ", options_->epochs, " to train");
     std::vector<epoch_report> reports(done);
     r.get_array(std::span<epoch_report>(reports), "epoch reports");
     // Into copies first: a file that fails to read to its end changes nothing.

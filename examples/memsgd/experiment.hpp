@@ -91,7 +91,7 @@ struct dataset_results {
   [[nodiscard]] const run_result& find(const std::string& schedule, const method& m) const {
     for (const run_result& r : runs)
       if (r.schedule == schedule && r.how.label() == m.label()) return r;
-    bellows::detail::fail("memsgd: ", name, " has no run '", m.label(), "' under schedule ", schedule);
+    bellows::fail("memsgd: ", name, " has no run '", m.label(), "' under schedule ", schedule);
   }
 };
 

@@ -66,7 +66,7 @@ namespace detail {
 inline void write_file(const std::filesystem::path& file, const std::string& text) {
   std::ofstream out(file, std::ios::binary);
   out << text;
-  if (!out) bellows::detail::fail("memsgd: cannot write ", file);
+  if (!out) bellows::fail("memsgd: cannot write ", file);
 }
 
 }  // namespace detail

@@ -216,7 +216,7 @@ run_result train_with(const dataset& data, double lambda, double f_star, const r
       return train_with(data, lambda, f_star, cfg, comp, exec);
     }
   }
-  bellows::detail::fail("memsgd: unknown method kind ", static_cast<int>(m.kind));
+  bellows::fail("memsgd: unknown method kind ", static_cast<int>(m.kind));
 }
 
 }  // namespace memsgd

@@ -717,3 +717,41 @@ TEST_CASE("synchronizer: a checkpoint records the level change and restores only
   train_epoch(other_reset, 1);
   CHECK(other_reset.checkpoint() == reset.checkpoint());
 }
+
+namespace {
+
+/// The layer set and levels of the PowerSGD seeds of fuzz/fuzz_checkpoint_stateful.cpp.
+auto powersgd_seed_sync(bellows::cpu::executor& exec) {
+  bellows::synchronizer sync(bellows::powersgd<>({.rank = 2}, exec), bellows::powersgd<>({.rank = 1}, exec),
+                             bellows::accordion({.interval = 2}, exec), exec);
+  sync.add_layer("conv.weight", bellows::shape{16, 2, 2, 2});
+  sync.add_layer("conv.bias", bellows::shape{16});
+  sync.add_layer("fc.weight", bellows::shape{10, 24});
+  return sync;
+}
+
+}  // namespace
+
+TEST_CASE("synchronizer: a version-2 checkpoint, saved before the level-change option, loads as keep") {
+  bellows::cpu::executor exec(1);
+  // The first byte of a fuzz seed picks its layer set; the checkpoint follows. checkpoint_v2/ holds
+  // the file as version 2 wrote it; checkpoint_stateful/ the same state in version 3 (keep).
+  const std::filesystem::path corpus(BELLOWS_TEST_CORPUS);
+  const std::vector<std::byte> v2 = bellows::read_file(corpus / "checkpoint_v2/powersgd_epoch3");
+  const std::vector<std::byte> v3 = bellows::read_file(corpus / "checkpoint_stateful/powersgd_epoch3");
+  const std::span<const std::byte> old_bytes = std::span(v2).subspan(1), new_bytes = std::span(v3).subspan(1);
+  std::uint32_t version = 0;
+  std::memcpy(&version, old_bytes.data() + 4, sizeof version);
+  REQUIRE(version == 2);
+  auto sync = powersgd_seed_sync(exec);
+  sync.restore(old_bytes);
+  CHECK(sync.epoch() == 3);
+  const std::vector<std::byte> again = sync.checkpoint();
+  CHECK(std::equal(again.begin(), again.end(), new_bytes.begin(), new_bytes.end()));  // all of it, as version 3
+  // A synchronizer set to reset refuses it: those runs kept their state across level changes.
+  auto reset = powersgd_seed_sync(exec);
+  reset.set_level_change(bellows::level_change::reset);
+  const auto before = reset.checkpoint();
+  CHECK_THROWS_WITH_AS(reset.restore(old_bytes), doctest::Contains("level change 'keep'"), bellows::wire_error);
+  CHECK(reset.checkpoint() == before);
+}

@@ -73,7 +73,7 @@ private:
   }
 
   [[noreturn]] void throw_aborted() const {
-    detail::fail<collective_error>("local collective: the group was aborted (", why_, ")");
+    fail<collective_error>("local collective: the group was aborted (", why_, ")");
   }
 
   void wait_all() {
@@ -99,7 +99,7 @@ private:
             name, ": rank ", r, " called a different operation or length (", posts_[r].bytes,
             " bytes) than rank 0 (", posts_[0].bytes, " bytes)");
         abort(why);
-        detail::fail<collective_error>("local collective: ", why);
+        fail<collective_error>("local collective: ", why);
       }
     }
   }

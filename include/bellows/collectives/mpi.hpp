@@ -129,7 +129,7 @@ public:
 private:
   static int count_of(std::size_t n, const char* op) {
     if (n > static_cast<std::size_t>(INT_MAX))
-      detail::fail<collective_error>("mpi ", op, ": ", n, " elements exceed MPI's int count");
+      fail<collective_error>("mpi ", op, ": ", n, " elements exceed MPI's int count");
     return static_cast<int>(n);
   }
 
@@ -138,7 +138,7 @@ private:
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
-    detail::fail<collective_error>("mpi: ", call, " failed: ", std::string_view(text, static_cast<std::size_t>(len)));
+    fail<collective_error>("mpi: ", call, " failed: ", std::string_view(text, static_cast<std::size_t>(len)));
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -94,7 +94,7 @@ private:
     wire::reader r(payload, wire::codec::identity);
     const wire::header& h = r.head();
     if (h.n != st.layer.size() || h.count != h.n || h.param != 0 || (h.flags & wire::flag::index64))
-      detail::fail<wire_error>("identity: payload for ", h.n, " elements (count ", h.count,
+      fail<wire_error>("identity: payload for ", h.n, " elements (count ", h.count,
                                ", param ", h.param, ") where layer '", st.layer.name, "' has ",
                                st.layer.size());
     const std::span<const float> values = r.array<float>(h.count);
@@ -102,7 +102,7 @@ private:
     if (h.flags & wire::flag::non_finite) return {step_status::non_finite, {}};
     for (float v : values)
       if (!std::isfinite(v))
-        detail::fail<wire_error>("identity: payload holds a non-finite value without the non-finite flag");
+        fail<wire_error>("identity: payload holds a non-finite value without the non-finite flag");
     return {step_status::ok, values};
   }
 

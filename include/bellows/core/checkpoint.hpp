@@ -77,7 +77,7 @@ public:
   void get_array(std::span<T> out, std::string_view what) {
     const auto count = get<std::uint64_t>(what);
     if (count != out.size())
-      detail::fail<wire_error>("checkpoint: ", what, " has ", count, " elements, expected ", out.size());
+      fail<wire_error>("checkpoint: ", what, " has ", count, " elements, expected ", out.size());
     need(out.size_bytes(), what);
     if (!out.empty()) std::memcpy(static_cast<void*>(out.data()), in_.data() + pos_, out.size_bytes());
     pos_ += out.size_bytes();
@@ -89,13 +89,13 @@ public:
   void get_finite_array(std::span<float> out, std::string_view what) {
     const auto count = get<std::uint64_t>(what);
     if (count != out.size())
-      detail::fail<wire_error>("checkpoint: ", what, " has ", count, " elements, expected ", out.size());
+      fail<wire_error>("checkpoint: ", what, " has ", count, " elements, expected ", out.size());
     need(out.size_bytes(), what);
     for (std::size_t i = 0; i < out.size(); ++i) {
       float v;
       std::memcpy(&v, in_.data() + pos_ + i * sizeof(float), sizeof(float));
       if (!std::isfinite(v))
-        detail::fail<wire_error>("checkpoint: ", what, " holds the non-finite value ", v, " at element ", i);
+        fail<wire_error>("checkpoint: ", what, " holds the non-finite value ", v, " at element ", i);
     }
     if (!out.empty()) std::memcpy(static_cast<void*>(out.data()), in_.data() + pos_, out.size_bytes());
     pos_ += out.size_bytes();
@@ -105,7 +105,7 @@ public:
   [[nodiscard]] std::string get_string(std::string_view what, std::size_t max_length = 4096) {
     const auto count = get<std::uint64_t>(what);
     if (count > max_length)
-      detail::fail<wire_error>("checkpoint: ", what, " of ", count, " characters exceeds ", max_length);
+      fail<wire_error>("checkpoint: ", what, " of ", count, " characters exceeds ", max_length);
     need(count, what);
     std::string s(reinterpret_cast<const char*>(in_.data() + pos_), count);
     pos_ += count;
@@ -115,13 +115,13 @@ public:
   /// Checks that nothing follows.
   void finish() const {
     if (pos_ != in_.size())
-      detail::fail<wire_error>("checkpoint: ", in_.size() - pos_, " unexpected bytes at the end");
+      fail<wire_error>("checkpoint: ", in_.size() - pos_, " unexpected bytes at the end");
   }
 
 private:
   void need(std::size_t bytes, std::string_view what) const {
     if (bytes > in_.size() - pos_)
-      detail::fail<wire_error>("checkpoint: truncated while reading ", what, " (", bytes,
+      fail<wire_error>("checkpoint: truncated while reading ", what, " (", bytes,
                                " bytes needed, ", in_.size() - pos_, " left)");
   }
 
@@ -166,14 +166,14 @@ inline void write_file_atomically(const std::filesystem::path& path, std::span<c
   auto fail_after = [&](const char* doing, int err, int fd) {
     if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
-    detail::fail("write_file_atomically: ", doing, " ", tmp, " failed: ", std::strerror(err));
+    fail("write_file_atomically: ", doing, " ", tmp, " failed: ", std::strerror(err));
   };
   // O_TRUNC replaces a temporary file left by a killed writer; O_NOFOLLOW refuses a link there.
   auto reached = [](detail::atomic_write_stage stage) {
     if (detail::atomic_write_probe != nullptr) detail::atomic_write_probe(stage);
   };
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) detail::fail("write_file_atomically: cannot create ", tmp, ": ", std::strerror(errno));
+  if (fd < 0) fail("write_file_atomically: cannot create ", tmp, ": ", std::strerror(errno));
   reached(detail::atomic_write_stage::created);
   std::size_t done = 0;
   for (const auto stage : {detail::atomic_write_stage::half_written, detail::atomic_write_stage::written}) {
@@ -194,7 +194,7 @@ inline void write_file_atomically(const std::filesystem::path& path, std::span<c
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    detail::fail("write_file_atomically: renaming ", tmp, " to ", path, " failed: ", std::strerror(err));
+    fail("write_file_atomically: renaming ", tmp, " to ", path, " failed: ", std::strerror(err));
   }
   reached(detail::atomic_write_stage::renamed);
   // Flush the directory entry. A directory that cannot be opened for reading, or a file system
@@ -205,7 +205,7 @@ inline void write_file_atomically(const std::filesystem::path& path, std::span<c
     const int err = errno;
     ::close(dfd);
     if (rc != 0 && err != EINVAL)
-      detail::fail("write_file_atomically: ", path, " was replaced, but flushing its directory failed: ",
+      fail("write_file_atomically: ", path, " was replaced, but flushing its directory failed: ",
                    std::strerror(err));
   }
   reached(detail::atomic_write_stage::directory_flushed);
@@ -215,25 +215,25 @@ inline void write_file_atomically(const std::filesystem::path& path, std::span<c
 /// missing, not a regular file (a directory, a device) or cannot be read in full.
 [[nodiscard]] inline std::vector<std::byte> read_file(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) detail::fail("read_file: cannot open ", path, ": ", std::strerror(errno));
+  if (fd < 0) fail("read_file: cannot open ", path, ": ", std::strerror(errno));
   struct fd_closer {
     int fd;
     ~fd_closer() { ::close(fd); }
   } closer{fd};
   struct stat info {};
   if (::fstat(fd, &info) != 0)
-    detail::fail("read_file: cannot inspect ", path, ": ", std::strerror(errno));
-  if (!S_ISREG(info.st_mode)) detail::fail("read_file: ", path, " is not a regular file");
+    fail("read_file: cannot inspect ", path, ": ", std::strerror(errno));
+  if (!S_ISREG(info.st_mode)) fail("read_file: ", path, " is not a regular file");
   std::vector<std::byte> bytes(static_cast<std::size_t>(info.st_size));
   std::size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      detail::fail("read_file: reading ", path, " failed: ", std::strerror(errno));
+      fail("read_file: reading ", path, " failed: ", std::strerror(errno));
     }
     if (n == 0)
-      detail::fail("read_file: ", path, " ended after ", done, " of its ", bytes.size(),
+      fail("read_file: ", path, " ended after ", done, " of its ", bytes.size(),
                    " bytes (it changed while being read)");
     done += static_cast<std::size_t>(n);
   }

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace bellows {
@@ -42,12 +43,18 @@ std::string concat(Parts&&... parts) {
   return out.str();
 }
 
+}  // namespace detail
+
+/// Raises `Error` (bellows::error unless named) whose message is `parts` streamed together, as
+/// the library's own checks raise theirs: for code around bellows (a collective, a trainer, a
+/// tool) whose errors should be bellows errors, catchable as bellows::error, e.g.
+///   bellows::fail<bellows::wire_error>("gradients.npy: ", n, " floats where the layer has ", m);
 template <class Error = error, class... Parts>
 [[noreturn]] void fail(Parts&&... parts) {
-  throw Error(concat(std::forward<Parts>(parts)...));
+  static_assert(std::is_base_of_v<error, Error>, "bellows::fail raises bellows::error or a class derived from it");
+  throw Error(detail::concat(std::forward<Parts>(parts)...));
 }
 
-}  // namespace detail
 }  // namespace bellows
 
 /// BELLOWS_EXPECTS(condition, message parts...): throws bellows::error whose text is the
@@ -56,5 +63,5 @@ template <class Error = error, class... Parts>
 /// -> "layer 'fc1': ratio must be in (0, 1], got 0 [check: ratio > 0 && ratio <= 1]"
 #define BELLOWS_EXPECTS(condition, ...)                                                    \
   do {                                                                                     \
-    if (!(condition)) ::bellows::detail::fail(__VA_ARGS__, " [check: " #condition "]"); \
+    if (!(condition)) ::bellows::fail(__VA_ARGS__, " [check: " #condition "]");         \
   } while (false)

@@ -65,7 +65,7 @@ public:
 private:
   traffic& at(std::size_t layer) {
     if (layer >= per_layer_.size())
-      detail::fail("traffic_log: layer ", layer, " of ", per_layer_.size());
+      fail("traffic_log: layer ", layer, " of ", per_layer_.size());
     return per_layer_[layer];
   }
 

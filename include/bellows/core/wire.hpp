@@ -141,29 +141,29 @@ class reader {
 public:
   reader(std::span<const std::byte> in, codec expected) : in_(in) {
     if (in.size() < header_bytes)
-      detail::fail<wire_error>("wire: payload of ", in.size(), " bytes is shorter than the ",
+      fail<wire_error>("wire: payload of ", in.size(), " bytes is shorter than the ",
                                header_bytes, "-byte header");
     if (reinterpret_cast<std::uintptr_t>(in.data()) % body_alignment != 0)
-      detail::fail<wire_error>("wire: payload does not start at a multiple of ", body_alignment,
+      fail<wire_error>("wire: payload does not start at a multiple of ", body_alignment,
                                " bytes");
     std::memcpy(static_cast<void*>(&h_), in.data(), header_bytes);
     if (h_.magic != magic)
-      detail::fail<wire_error>("wire: bad magic 0x", std::hex, h_.magic, " (expected 0x", magic, ")");
+      fail<wire_error>("wire: bad magic 0x", std::hex, h_.magic, " (expected 0x", magic, ")");
     if (h_.version != version)
-      detail::fail<wire_error>("wire: unsupported version ", h_.version, " (this build reads ",
+      fail<wire_error>("wire: unsupported version ", h_.version, " (this build reads ",
                                version, ")");
     if (h_.codec != expected)
-      detail::fail<wire_error>("wire: payload of codec ", static_cast<unsigned>(h_.codec), " (",
+      fail<wire_error>("wire: payload of codec ", static_cast<unsigned>(h_.codec), " (",
                                to_string(h_.codec), ") where ", to_string(expected), " was expected");
     if ((h_.flags & ~flag::all) != 0)
-      detail::fail<wire_error>("wire: unknown flag bits 0x", std::hex, unsigned{h_.flags});
+      fail<wire_error>("wire: unknown flag bits 0x", std::hex, unsigned{h_.flags});
     if (h_.reserved != 0)
-      detail::fail<wire_error>("wire: reserved field is ", h_.reserved, ", not 0");
+      fail<wire_error>("wire: reserved field is ", h_.reserved, ", not 0");
     if (h_.body_bytes != in.size() - header_bytes)
-      detail::fail<wire_error>("wire: header says ", h_.body_bytes, " body bytes, payload has ",
+      fail<wire_error>("wire: header says ", h_.body_bytes, " body bytes, payload has ",
                                in.size() - header_bytes);
     if (h_.body_bytes % body_alignment != 0)
-      detail::fail<wire_error>("wire: body of ", h_.body_bytes, " bytes is not padded to ",
+      fail<wire_error>("wire: body of ", h_.body_bytes, " bytes is not padded to ",
                                body_alignment);
   }
 
@@ -176,7 +176,7 @@ public:
     const std::size_t body = in_.size() - header_bytes;
     const std::size_t start = (pos_ + alignof(T) - 1) / alignof(T) * alignof(T);
     if (count > (body - std::min(start, body)) / sizeof(T))
-      detail::fail<wire_error>("wire: array of ", count, " elements of ", sizeof(T),
+      fail<wire_error>("wire: array of ", count, " elements of ", sizeof(T),
                                " bytes overruns the ", body, "-byte body of a ", to_string(h_.codec),
                                " payload");
     pos_ = start + count * sizeof(T);
@@ -188,11 +188,11 @@ public:
   void finish() const {
     const std::size_t body = in_.size() - header_bytes;
     if (padded(pos_) != body)
-      detail::fail<wire_error>("wire: ", body - pos_, " bytes follow the arrays of a ",
+      fail<wire_error>("wire: ", body - pos_, " bytes follow the arrays of a ",
                                to_string(h_.codec), " payload (expected ", padded(pos_) - pos_, ")");
     for (std::size_t i = pos_; i < body; ++i)
       if (in_[header_bytes + i] != std::byte{0})
-        detail::fail<wire_error>("wire: non-zero padding byte at body offset ", i);
+        fail<wire_error>("wire: non-zero padding byte at body offset ", i);
   }
 
 private:

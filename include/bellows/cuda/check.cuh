@@ -12,7 +12,7 @@ namespace bellows::cuda {
 /// Raises cuda_error for a failed CUDA runtime call; `what` is the call's source text.
 inline void check(cudaError_t status, const char* what, const char* file, int line) {
   if (status != cudaSuccess)
-    bellows::detail::fail<cuda_error>(file, ":", line, ": ", what, " failed: ", cudaGetErrorName(status), " (",
+    bellows::fail<cuda_error>(file, ":", line, ": ", what, " failed: ", cudaGetErrorName(status), " (",
                              cudaGetErrorString(status), ")");
 }
 

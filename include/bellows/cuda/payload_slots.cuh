@@ -84,9 +84,9 @@ public:
     try {
       check(bytes.first(claimed));
     } catch (const wire_error& e) {
-      bellows::detail::fail<wire_error>(who, ": layer '", layer.name, "': the payload of rank ", r, ": ", e.what());
+      bellows::fail<wire_error>(who, ": layer '", layer.name, "': the payload of rank ", r, ": ", e.what());
     }
-    bellows::detail::fail<error>(who, ": layer '", layer.name, "': the device found the payload of rank ", r,
+    bellows::fail<error>(who, ": layer '", layer.name, "': the device found the payload of rank ", r,
                         " malformed and the host's validation did not (a bug in bellows)");
   }
 

@@ -190,14 +190,14 @@ public:
     for (std::vector<float>& sum : saved.sums) {
       r.get_array(std::span<float>(sum), "accordion gradient sum");
       for (float v : sum)  // +-Inf is a sum that overflowed; NaN no sum of finite values gives
-        if (std::isnan(v)) detail::fail<wire_error>("accordion: a saved gradient sum is NaN");
+        if (std::isnan(v)) fail<wire_error>("accordion: a saved gradient sum is NaN");
     }
     try {
       restore(std::move(saved));
     } catch (const wire_error&) {
       throw;
     } catch (const error& e) {
-      detail::fail<wire_error>(e.what());
+      fail<wire_error>(e.what());
     }
   }
 
@@ -272,7 +272,7 @@ private:
       const std::span<const std::byte> theirs = gathered_.block(r);
       if (theirs.size() == mine_.size() && std::memcmp(theirs.data(), mine_.data(), mine_.size()) == 0)
         continue;
-      detail::fail("accordion: ranks disagree after epoch ", state_.epoch - 1, ": rank ", coll.rank(),
+      fail("accordion: ranks disagree after epoch ", state_.epoch - 1, ": rank ", coll.rank(),
                    " and rank ", r, " differ in ", first_difference(theirs),
                    " (the collective returned different sums to different ranks, or the ranks "
                    "registered different layers or passed different learning rates)");

@@ -60,7 +60,7 @@ public:
     std::vector<regime> saved(regimes_.size());
     r.get_array(std::span<regime>(saved), "static policy regimes");
     if (saved != regimes_)
-      detail::fail<wire_error>("static_policy: the checkpoint was saved with another static policy");
+      fail<wire_error>("static_policy: the checkpoint was saved with another static policy");
   }
 
 private:

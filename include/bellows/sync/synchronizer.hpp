@@ -64,7 +64,12 @@ struct layer_telemetry {
   float grad_norm = std::numeric_limits<float>::quiet_NaN();  ///< last raw local ||g|| (if measured)
 };
 
-template <class C, class D, class Exec = cpu::executor>
+/// C is the compressor of both levels; D a LevelDetector. What the synchronizer does beyond
+/// Compressor and LevelDetector depends on the capabilities they model (concepts.hpp): a
+/// SelectiveCompressor's uncompressed layers take no part in regime detection; an
+/// ObservingDetector makes the ranks agree on finiteness only in the epochs it observes; a
+/// CheckpointedCompressor with a CheckpointedDetector gives checkpoint(), save(), load() and restore().
+template <class C, LevelDetector D, class Exec = cpu::executor>
 class synchronizer {
 public:
   using compressor_type = C;
@@ -84,7 +89,7 @@ public:
     state_type st = low_.make_state(info);
     (void)high_.make_state(info);  // validates the high level's configuration for this layer
     bool participates = true;
-    if constexpr (requires { low_.compresses(st); }) participates = low_.compresses(st);
+    if constexpr (SelectiveCompressor<C>) participates = low_.compresses(st);
     detector_.add_layer(info, participates ? participation::included : participation::excluded);
     layer_telemetry t{info.name, shp, participates, regime::critical, step_status::ok, 0, 0, {}, {}};
     t.level = detector_.regimes()[id];
@@ -116,7 +121,7 @@ public:
         statuses_[id] = step_status::non_finite;
       } else {
         if (observe && observing(id)) {
-          if constexpr (requires { detector_.observe_finite(id, grads[id]); })
+          if constexpr (ObservingDetector<D>)
             detector_.observe_finite(id, grads[id]);  // agreed finite above: no second scan
           else
             (void)detector_.observe(id, grads[id]);
@@ -176,10 +181,7 @@ public:
 
   /// The whole state (compressor states, detector, counters, telemetry) as checkpoint bytes.
   [[nodiscard]] std::vector<std::byte> checkpoint() const
-    requires requires(const C& c, const state_type& s, const D& d, checkpoint_writer& w) {
-      c.save(s, w);
-      d.save(w);
-    }
+    requires CheckpointedCompressor<C> && CheckpointedDetector<D>
   {
     checkpoint_writer w;
     w.put(file_magic);
@@ -209,43 +211,42 @@ public:
     try {
       restore(read_file(path));
     } catch (const wire_error& e) {
-      detail::fail<wire_error>(path.string(), ": ", e.what());
+      fail<wire_error>(path.string(), ": ", e.what());
     }
   }
 
   /// Restores checkpoint() bytes. They are validated completely first: bytes of another version,
   /// for other layers, or truncated raise bellows::wire_error and change nothing.
   void restore(std::span<const std::byte> bytes)
-    requires requires(const C& c, state_type& s, D& d, checkpoint_reader& r) {
-      c.load(s, r);
-      d.load(r);
-    }
+    requires CheckpointedCompressor<C> && CheckpointedDetector<D>
   {
     checkpoint_reader r(bytes);
     if (r.get<std::uint32_t>("magic") != file_magic)
-      detail::fail<wire_error>("synchronizer: not a bellows checkpoint (bad magic)");
-    if (const auto v = r.get<std::uint32_t>("version"); v != file_version)
-      detail::fail<wire_error>("synchronizer: checkpoint version ", v, ", this build reads ",
+      fail<wire_error>("synchronizer: not a bellows checkpoint (bad magic)");
+    const auto version = r.get<std::uint32_t>("version");
+    if (version != file_version && version != 2)
+      fail<wire_error>("synchronizer: checkpoint version ", version, ", this build reads 2 and ",
                                file_version);
     if (r.get<std::uint64_t>("layer hash") != hash_ || r.get<std::uint64_t>("layer count") != layers_.size())
-      detail::fail<wire_error>("synchronizer: checkpoint saved for other layers (names or shapes differ)");
+      fail<wire_error>("synchronizer: checkpoint saved for other layers (names or shapes differ)");
     // Restore into copies, and commit only when everything has been read.
     auto telemetry = telemetry_;
     auto states = states_;
     D detector = detector_;
     const auto steps = r.get<std::uint64_t>("steps");
     const auto epoch = r.get<std::uint64_t>("epoch");
-    if (const auto c = r.get<level_change>("level change"); c != level_change_) {
+    // Version 2 predates the option: its runs kept their state on a level change.
+    if (const auto c = version == 2 ? level_change::keep : r.get<level_change>("level change"); c != level_change_) {
       if (c != level_change::keep && c != level_change::reset)
-        detail::fail<wire_error>("synchronizer: checkpoint holds an invalid level change");
-      detail::fail<wire_error>("synchronizer: checkpoint saved with level change '", to_string(c),
+        fail<wire_error>("synchronizer: checkpoint holds an invalid level change");
+      fail<wire_error>("synchronizer: checkpoint saved with level change '", to_string(c),
                                "', this synchronizer is set to '", to_string(level_change_), "'");
     }
     for (std::size_t id = 0; id < layers_.size(); ++id) {
       layer_telemetry& t = telemetry[id];
       t.level = r.get<regime>("level");
       if (t.level != regime::critical && t.level != regime::normal)
-        detail::fail<wire_error>("synchronizer: layer '", layers_[id].name, "' has an invalid level");
+        fail<wire_error>("synchronizer: layer '", layers_[id].name, "' has an invalid level");
       t.steps = r.get<std::uint64_t>("layer steps");
       t.skipped = r.get<std::uint64_t>("layer skipped steps");
       t.sent = r.get<traffic>("layer traffic");
@@ -257,7 +258,7 @@ public:
     // otherwise is corrupt, and would fail at the next end_epoch.
     if constexpr (requires { detector.state().epoch; })
       if (detector.state().epoch != epoch)
-        detail::fail<wire_error>("synchronizer: checkpoint of epoch ", epoch, " holds a detector at epoch ",
+        fail<wire_error>("synchronizer: checkpoint of epoch ", epoch, " holds a detector at epoch ",
                                  detector.state().epoch);
     telemetry_ = std::move(telemetry);
     states_ = std::move(states);
@@ -268,10 +269,11 @@ public:
 
 private:
   static constexpr std::uint32_t file_magic = 0x43574C42u;  // "BLWC"
-  static constexpr std::uint32_t file_version = 3;  // 2: Accordion's sums in float; 3: level change
+  // 2: Accordion's sums in float; 3: the level-change option (a version-2 file reads as keep)
+  static constexpr std::uint32_t file_version = 3;
 
   [[nodiscard]] bool observing(std::size_t id) const {
-    if constexpr (requires { detector_.observing(id); })
+    if constexpr (ObservingDetector<D>)
       return detector_.observing(id);
     else
       return true;
@@ -312,7 +314,7 @@ private:
     const double w = static_cast<double>(coll.size());
     for (int b = 0; b < 8; ++b)
       if (double{sums[b]} * sums[b] != w * sums[8 + b])
-        detail::fail("synchronizer: the ranks registered different layers (names, shapes or order "
+        fail("synchronizer: the ranks registered different layers (names, shapes or order "
                      "differ); this rank has ", layers_.size(), " layers, the last '",
                      layers_.empty() ? std::string() : layers_.back().name, "'");
   }

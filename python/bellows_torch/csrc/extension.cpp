@@ -235,7 +235,7 @@ std::unique_ptr<layer_runner> make_runner(const hook_config& cfg, bellows::cpu::
     return with_detector(cfg, bellows::qsgd<>(make(cfg.low), exec), bellows::qsgd<>(make(high), exec),
                          exec, name, shape);
   }
-  bellows::detail::fail("bellows_torch: unknown compressor '", cfg.family,
+  bellows::fail("bellows_torch: unknown compressor '", cfg.family,
                         "' (identity, topk, randk, powersgd or qsgd)");
 }
 
@@ -349,7 +349,7 @@ public:
       try {
         e.runner->restore({static_cast<const std::byte*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel())});
       } catch (const bellows::error& err) {
-        bellows::detail::fail("bellows_torch: the saved state of '", name, "' does not fit this State: ", err.what());
+        bellows::fail("bellows_torch: the saved state of '", name, "' does not fit this State: ", err.what());
       }
       next.emplace(name, std::move(e));
     }
