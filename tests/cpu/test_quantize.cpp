@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "../support/bits.hpp"
 #include "../support/random.hpp"
 
 namespace {
@@ -251,8 +252,8 @@ TEST_CASE("average_dequantize: the rank-order sum of W decoded payloads from 0, 
       const std::span<float> aligned(storage.data(), sh.n), shifted(again.data() + 1, sh.n);
       bellows::cpu::average_dequantize(one, parts, l, aligned);
       bellows::cpu::average_dequantize(three, parts, l, shifted);
-      CHECK(std::memcmp(aligned.data(), want.data(), sh.n * sizeof(float)) == 0);
-      CHECK(std::memcmp(shifted.data(), want.data(), sh.n * sizeof(float)) == 0);
+      CHECK(bellows::testing::same_bits(aligned, want));
+      CHECK(bellows::testing::same_bits(shifted, want));
       CHECK(storage[sh.n] == 7.0f);  // nothing written past the output
       CHECK(again[0] == -3.0f);
     }
@@ -301,7 +302,7 @@ TEST_CASE("sum_codes8: the baseline, AVX2 and AVX-512 versions add the same bits
         CAPTURE(name);
         std::vector<float> got = start;
         fn(parts, b, b * d::code_block, 127.0f, got.data());
-        CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+        CHECK(bellows::testing::same_bits(got, want));
       }
     }
   }

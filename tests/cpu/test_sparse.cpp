@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "../support/bits.hpp"
 #include "../support/random.hpp"
 
 namespace {
@@ -23,9 +24,7 @@ std::vector<std::uint32_t> some_indices(std::size_t n, std::size_t every, std::u
   return index;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using bellows::testing::same_bits;
 
 }  // namespace
 
@@ -88,8 +87,8 @@ void check_scatter_average(std::size_t n, const std::vector<std::vector<Index>>&
                                 std::span(cursors));
   bellows::cpu::scatter_average(three, shifted, std::span<const bellows::cpu::sparse_view<Index>>(parts),
                                 std::span(cursors));
-  CHECK(std::memcmp(aligned.data(), want.data(), n * sizeof(float)) == 0);
-  CHECK(std::memcmp(shifted.data(), want.data(), n * sizeof(float)) == 0);
+  CHECK(same_bits(aligned, want));
+  CHECK(same_bits(shifted, want));
   CHECK(storage[n] == 7.0f);
   CHECK(again[0] == -3.0f);
 }
