@@ -315,7 +315,7 @@ inline void sum_codes8_baseline(std::span<const code_arrays> parts, std::size_t 
 /// payload order from 0.0f, then divided by W, as dequantize_range accumulating every payload
 /// into zeros and a division would compute them. Elements are summed, in order, in a tile on the
 /// stack (code blocks whole, bucket edges one by one), which is divided and copied out whole
-/// each time it fills: one write of `out`, by a copy that the library makes a string move.
+/// each time it fills: one write of `out`.
 /// For 8 bits, whole code blocks are summed by `sum_codes8` (a vector version where the processor
 /// has one).
 template <unsigned Bits>
