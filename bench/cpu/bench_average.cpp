@@ -43,16 +43,16 @@ const std::vector<float>& gradient() {
 
 /// Rank r's QSGD payload arrays: the gradient quantised with rank r's noise.
 struct qsgd_payloads {
-  bellows::cpu::code_layout layout{8, 512, n};
+  bellows::code_layout layout{8, 512, n};
   std::vector<std::vector<float>> scales;
   std::vector<std::vector<std::uint8_t>> codes;
-  std::vector<bellows::cpu::code_arrays> parts;
+  std::vector<bellows::code_arrays> parts;
 
   explicit qsgd_payloads(std::size_t w) : scales(w), codes(w) {
     for (std::size_t r = 0; r < w; ++r) {
       scales[r].resize(layout.buckets());
       codes[r].resize(layout.code_bytes());
-      (void)bellows::cpu::quantize_pack(one_thread(), gradient(), layout, bellows::cpu::bucket_norm::l2,
+      (void)bellows::cpu::quantize_pack(one_thread(), gradient(), layout, bellows::bucket_norm::l2,
                                         {1, 0, 0, static_cast<std::uint32_t>(r)}, scales[r], codes[r]);
       parts.push_back({scales[r], codes[r]});
     }
@@ -100,7 +100,7 @@ void qsgd_passes(benchmark::State& state) {
   std::vector<float> out(n);
   bellows::bench::run_against_floor(state, out, [&] {
     bellows::cpu::fill(one_thread(), out, 0.0f);
-    for (const bellows::cpu::code_arrays& part : p.parts)
+    for (const bellows::code_arrays& part : p.parts)
       bellows::cpu::unpack_dequantize(one_thread(), part.scales, part.codes, p.layout, out, true);
     bellows::cpu::divide(one_thread(), out, static_cast<float>(p.parts.size()));
     benchmark::DoNotOptimize(out.data());

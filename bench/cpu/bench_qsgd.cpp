@@ -53,10 +53,10 @@ void qsgd_decode_add(benchmark::State& state) {
 void qsgd_unpack(benchmark::State& state) {
   fixture f(state);
   const auto bits = static_cast<unsigned>(state.range(1));
-  const bellows::cpu::code_layout layout{bits, 512, f.grad.size()};
+  const bellows::code_layout layout{bits, 512, f.grad.size()};
   std::vector<float> scales(layout.buckets());
   std::vector<std::uint8_t> codes(layout.code_bytes());
-  (void)bellows::cpu::quantize_pack(f.one_thread, f.grad, layout, bellows::cpu::bucket_norm::l2,
+  (void)bellows::cpu::quantize_pack(f.one_thread, f.grad, layout, bellows::bucket_norm::l2,
                                     bellows::philox::stream{}, scales, codes);
   std::vector<float> out(f.grad.size(), 0.0f);
   bellows::bench::run_against_floor(state, f.grad, [&] {

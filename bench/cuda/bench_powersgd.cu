@@ -20,7 +20,7 @@
 // rank (bench/cuda/one_rank.cuh): the kernels above plus the query's copy, the finiteness checks
 // of P and Q and the two waits for their verdicts. Same streams.
 #include <bellows/cuda/gram_schmidt.cuh>
-#include <bellows/cuda/powersgd.cuh>
+#include <bellows/compressors/powersgd.cuh>
 #include <bellows/cuda/skinny_gemm.cuh>
 
 #include "cuda/device_floor.cuh"
@@ -45,7 +45,7 @@ void cuda_powersgd_step(benchmark::State& state) {
   BELLOWS_CUDA_CHECK(cudaMalloc(&p, n * r * sizeof(float)));
   bellows::cuda::executor exec;
   exec.reserve(bellows::cuda::project_cols_workspace_bytes(n, n, r));
-  const bellows::cpu::compensated_matrix M{{g, n * n}, {e, n * n}, n, n};
+  const bellows::compensated_matrix M{{g, n * n}, {e, n * n}, n, n};
   bellows::bench::run_timed(state, g, n * n, [&] {
     bellows::cuda::orthogonalize(exec, {q, n * r}, n, 0.0f);
     bellows::cuda::project_rows(exec, M, {q, n * r}, {p, n * r});

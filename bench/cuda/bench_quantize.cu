@@ -3,7 +3,7 @@
 // packing) at 4 and 8 bits, decode (unpack into fresh floats), and the whole step of
 // qsgd<cuda::executor> with error feedback on one rank (compensate, encode, validate, average and
 // update the memory; no transport). x_floor counts device reads of the 2^26 input floats.
-#include <bellows/cuda/qsgd.cuh>
+#include <bellows/compressors/qsgd.cuh>
 #include <bellows/cuda/quantize.cuh>
 
 #include "cuda/device_floor.cuh"
@@ -12,7 +12,7 @@
 namespace {
 
 struct buffers {
-  bellows::cpu::code_layout layout;
+  bellows::code_layout layout;
   float* in;
   float* scales = nullptr;
   float* out = nullptr;
@@ -35,7 +35,7 @@ struct buffers {
       (void)cudaFree(p);
   }
   void encode(bellows::cuda::executor& exec) const {
-    bellows::cuda::quantize_pack(exec, {in, layout.n}, layout, bellows::cpu::bucket_norm::l2,
+    bellows::cuda::quantize_pack(exec, {in, layout.n}, layout, bellows::bucket_norm::l2,
                                  {0x5eedULL, 1, 0, 0}, {scales, layout.buckets()}, {codes, layout.code_bytes()}, flag);
   }
 };

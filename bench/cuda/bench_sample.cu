@@ -3,7 +3,7 @@
 // and the gather with error feedback (g + e read, the residual written); and at k = 1% the
 // whole step of randk<cuda::executor> on one rank (draw, gather, scatter of the average, no
 // transport). x_floor counts device reads of the 2^26 input floats.
-#include <bellows/cuda/randk.cuh>
+#include <bellows/compressors/randk.cuh>
 #include <bellows/cuda/sample.cuh>
 
 #include "cuda/device_floor.cuh"
@@ -22,7 +22,7 @@ void cuda_randk(benchmark::State& state) {
   BELLOWS_CUDA_CHECK(cudaMalloc(&staged, n * sizeof(float)));
   BELLOWS_CUDA_CHECK(cudaMalloc(&value, k * sizeof(float)));
   BELLOWS_CUDA_CHECK(cudaMalloc(&index, k * sizeof(std::uint32_t)));
-  const bellows::cpu::sample_plan plan = bellows::cpu::plan_sample(n, k);
+  const bellows::sample_plan plan = bellows::plan_sample(n, k);
   bellows::cuda::executor exec;
   exec.reserve(bellows::cuda::sample_workspace::bytes(plan));
   bellows::cuda::sample_workspace ws(plan, exec.workspace());

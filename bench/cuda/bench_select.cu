@@ -4,7 +4,7 @@
 // with error feedback on one rank (select, validate the payload, scatter the average, no
 // transport). x_floor counts device reads of the 2^26 input floats.
 #include <bellows/cuda/select.cuh>
-#include <bellows/cuda/topk.cuh>
+#include <bellows/compressors/topk.cuh>
 
 #include "cuda/device_floor.cuh"
 #include "cuda/one_rank.cuh"
@@ -23,7 +23,7 @@ void cuda_topk(benchmark::State& state) {
   BELLOWS_CUDA_CHECK(cudaMalloc(&staged, feedback ? n * sizeof(float) : 1));
   BELLOWS_CUDA_CHECK(cudaMalloc(&value, k * sizeof(float)));
   BELLOWS_CUDA_CHECK(cudaMalloc(&index, k * sizeof(std::uint32_t)));
-  const bellows::cpu::select_plan plan = bellows::cpu::plan_select(n, k, k);
+  const bellows::select_plan plan = bellows::plan_select(n, k, k);
   bellows::cuda::executor exec;
   exec.reserve(bellows::cuda::select_workspace::bytes(plan));
   bellows::cuda::select_workspace ws(plan, exec.workspace());

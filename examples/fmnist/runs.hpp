@@ -341,12 +341,15 @@ std::vector<run_result> run_comparison(const dataset& data, const comparison_con
       const auto run = [&](auto make_sync) {
         results.push_back(detail::run_one(data, config, spec, seed, trainer, make_sync, progress));
       };
-      // The low and high instances of a family under the run's policy.
-      const auto run_levels = [&](const auto& low, const auto& high) {
+      // The instances of a family for critical and normal layers (the low and the high compression
+      // level) under the run's policy.
+      const auto run_levels = [&](const auto& critical, const auto& normal) {
         if (spec.when == policy::accordion)
-          run([&] { return bellows::synchronizer(low, high, bellows::accordion(config.accordion, exec), exec); });
+          run([&] { return bellows::synchronizer(critical, normal, bellows::accordion(config.accordion, exec), exec); });
         else
-          run([&] { return bellows::synchronizer(low, high, bellows::static_policy(static_regime(spec.when)), exec); });
+          run([&] {
+            return bellows::synchronizer(critical, normal, bellows::static_policy(static_regime(spec.when)), exec);
+          });
       };
       if (spec.how == method::uncompressed)
         run([&] {

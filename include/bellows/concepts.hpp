@@ -15,6 +15,7 @@
 #include "bellows/core/gather_buffer.hpp"
 #include "bellows/core/shape.hpp"
 #include "bellows/core/traffic.hpp"
+#include "bellows/plan/regime.hpp"
 
 namespace bellows {
 
@@ -27,14 +28,6 @@ enum class aggregation : std::uint8_t {
   allgather,             ///< one allgather of per-rank payloads, decoded and summed
   allreduce_two_round,   ///< two allreduce_sums (PowerSGD's P, then Q)
 };
-
-/// What a regime detector decides for a layer: `critical` layers get the low compression level.
-enum class regime : std::uint8_t { critical, normal };
-
-/// Whether a layer takes part in regime detection. A layer that the compressor would not
-/// compress (PowerSGD's 1-D tensors, say) is `excluded`: it is never accumulated, adds nothing
-/// to the per-epoch exchange, and is reported `critical` (the low compression level) forever.
-enum class participation : std::uint8_t { included, excluded };
 
 /// Collective: the transport of one group of ranks (MPI communicator, NCCL communicator, threads).
 ///  1. `c.rank()` and `c.size()`: this rank's index in [0, size) and the number of ranks, both
@@ -73,7 +66,7 @@ static_assert(Collective<collective>, "the archetype must model Collective");
 }  // namespace archetypes
 
 /// DeviceCollective: a Collective that also exchanges device memory in place, on a CUDA stream,
-/// for compressors whose state lives on a GPU (cuda/qsgd.cuh). Models: collectives::nccl.
+/// for compressors whose state lives on a GPU (compressors/qsgd.cuh). Models: collectives::nccl.
 ///  1. `c.stream()`: the stream (cudaStream_t) its exchanges are enqueued on; a compressor
 ///     enqueues its kernels on the same one, so nothing waits for anything else.
 ///  2. `c.allgather_slots(std::span<const std::byte> mine, std::span<std::byte> slots, slot)`:

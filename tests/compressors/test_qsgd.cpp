@@ -235,7 +235,7 @@ TEST_CASE("qsgd: a layer of 2^34 elements or more is refused before anything is 
   }
   // Below the bound the packed bits, n b <= 2^37, and the payload (one scale per element at the
   // smallest bucket: 4 n + n + 40 bytes) are far from overflowing.
-  const bellows::cpu::code_layout largest{8, 1, (std::size_t{1} << 34) - 1};
+  const bellows::code_layout largest{8, 1, (std::size_t{1} << 34) - 1};
   CHECK(largest.code_bytes() == (std::size_t{1} << 34) - 1);
   CHECK(largest.buckets() == (std::size_t{1} << 34) - 1);
 }

@@ -378,7 +378,7 @@ TEST_CASE("topk: a layer of more than 2^32 elements carries indices past 2^32 th
 
   // The codec alone, without any dense buffer: write the payload of four entries, read it back.
   payload_storage buf(bellows::detail::sparse_payload_bytes(n, 4));
-  const auto payload = bellows::detail::write_sparse<bellows::cpu::sparse_arrays>(
+  const auto payload = bellows::detail::write_sparse<bellows::sparse_arrays>(
       buf.bytes(), bellows::wire::codec::topk, n, [&](auto begin) {
         const auto arrays = begin(4);
         for (std::size_t j = 0; j < 4; ++j) {

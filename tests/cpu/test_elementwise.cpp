@@ -50,21 +50,21 @@ TEST_CASE("divide: divides (not multiplies by the reciprocal), identically for a
   }
 }
 
-TEST_CASE("divide_into: out = x / d, the same bits as divide in place") {
+TEST_CASE("divide(out, x, d): out = x / d, the same bits as divide in place") {
   const std::size_t n = 2 * bellows::cpu::elementwise_chunk + 9;
   const auto x = bellows::testing::normal_floats(n, 7);
   for (unsigned threads : {1u, 3u}) {
     bellows::cpu::executor exec(threads);
     std::vector<float> in_place(x), out(n);
     bellows::cpu::divide(exec, in_place, 7.0f);
-    bellows::cpu::divide_into(exec, out, x, 7.0f);
+    bellows::cpu::divide(exec, out, x, 7.0f);
     CHECK(std::memcmp(out.data(), in_place.data(), n * sizeof(float)) == 0);
-    bellows::cpu::divide_into(exec, out, x, 1.0f);
+    bellows::cpu::divide(exec, out, x, 1.0f);
     CHECK(std::memcmp(out.data(), x.data(), n * sizeof(float)) == 0);
   }
   std::vector<float> short_out(3);
   bellows::cpu::executor exec(1);
-  CHECK_THROWS_AS(bellows::cpu::divide_into(exec, short_out, x, 2.0f), bellows::error);
+  CHECK_THROWS_AS(bellows::cpu::divide(exec, short_out, x, 2.0f), bellows::error);
 }
 
 TEST_CASE("add: out = a + b, in place on either side, for any thread count") {

@@ -16,8 +16,8 @@
 
 namespace {
 
-using bellows::cpu::bucket_norm;
-using bellows::cpu::code_layout;
+using bellows::bucket_norm;
+using bellows::code_layout;
 
 /// The code of element i, straight from docs/spec.md#qsgd with word i of the stream (scalar Philox).
 std::uint32_t reference_code(float v, float scale, std::uint32_t s, unsigned bits,
@@ -227,7 +227,7 @@ TEST_CASE("average_dequantize: the rank-order sum of W decoded payloads from 0, 
       CAPTURE(w);
       const code_layout l{sh.bits, sh.bucket, sh.n};
       std::vector<packed> payloads;
-      std::vector<bellows::cpu::code_arrays> parts;
+      std::vector<bellows::code_arrays> parts;
       for (std::size_t r = 0; r < w; ++r) {
         auto v = bellows::testing::normal_floats(sh.n, 100 + r);
         if (sh.n > 2 * sh.bucket) std::fill(v.begin() + static_cast<std::ptrdiff_t>(sh.bucket), v.begin() + static_cast<std::ptrdiff_t>(2 * sh.bucket), 0.0f);  // a zero bucket
@@ -264,9 +264,9 @@ TEST_CASE("average_dequantize refuses no payload, or arrays that do not fit the 
   const code_layout l{8, 4, 10};
   std::vector<float> scales(3, 1.0f), out(10);
   std::vector<std::uint8_t> codes(10), short_codes(9);
-  const bellows::cpu::code_arrays good{scales, codes}, bad{scales, short_codes};
+  const bellows::code_arrays good{scales, codes}, bad{scales, short_codes};
   CHECK_THROWS_AS(bellows::cpu::average_dequantize(one, {}, l, out), bellows::error);
-  const bellows::cpu::code_arrays both[] = {good, bad};
+  const bellows::code_arrays both[] = {good, bad};
   CHECK_THROWS_AS(bellows::cpu::average_dequantize(one, both, l, out), bellows::error);
   CHECK_THROWS_AS(bellows::cpu::average_dequantize(one, std::span(both, 1), l, std::span(out).first(9)),
                   bellows::error);
@@ -286,7 +286,7 @@ TEST_CASE("sum_codes8: the baseline, AVX2 and AVX-512 versions add the same bits
     CAPTURE(w);
     std::vector<std::vector<std::uint8_t>> codes(w, std::vector<std::uint8_t>(n));
     std::vector<std::vector<float>> scales(w, std::vector<float>(buckets));
-    std::vector<bellows::cpu::code_arrays> parts;
+    std::vector<bellows::code_arrays> parts;
     for (std::size_t r = 0; r < w; ++r) {
       for (auto& c : codes[r]) c = static_cast<std::uint8_t>(rng());  // every pattern, -0 (0x80) included
       codes[r][0] = 0x80;

@@ -16,7 +16,7 @@
 namespace {
 
 /// The indices of a draw, through draw_sample and gather_sample.
-std::vector<std::uint32_t> draw(const bellows::cpu::sample_plan& plan, std::uint64_t seed,
+std::vector<std::uint32_t> draw(const bellows::sample_plan& plan, std::uint64_t seed,
                                 std::uint32_t step = 0) {
   bellows::cpu::executor exec(1);
   bellows::cpu::sample_workspace ws(plan);
@@ -25,7 +25,7 @@ std::vector<std::uint32_t> draw(const bellows::cpu::sample_plan& plan, std::uint
   const std::vector<float> g(plan.n, 1.0f);
   bellows::cpu::draw_sample(exec, plan, bellows::philox::stream{seed, step, 2, 0}, ws);
   CHECK(bellows::cpu::gather_sample(exec, plan, ws, g, {}, {},
-                                    bellows::cpu::sparse_arrays<std::uint32_t>{index, value}));
+                                    bellows::sparse_arrays<std::uint32_t>{index, value}));
   // The workspace is left clean for the next draw.
   CHECK(std::all_of(ws.chosen.begin(), ws.chosen.end(), [](std::uint64_t w) { return w == 0; }));
   CHECK(std::all_of(ws.dropped.begin(), ws.dropped.end(), [](std::uint64_t w) { return w == 0; }));
@@ -55,7 +55,7 @@ TEST_CASE("draw_sample: k distinct ascending indices below n, for every k includ
       if (k > n) continue;
       CAPTURE(n);
       CAPTURE(k);
-      const auto plan = bellows::cpu::plan_sample(n, k);
+      const auto plan = bellows::plan_sample(n, k);
       CHECK(plan.complement == (k > n - k));
       const auto v = draw(plan, 17);
       CHECK(v.size() == k);
@@ -68,7 +68,7 @@ TEST_CASE("draw_sample: k distinct ascending indices below n, for every k includ
 TEST_CASE("draw_sample: extra rounds when the first batch yields too few distinct indices") {
   // A batch of chosen + 1 proposals almost never has enough distinct ones at this density.
   for (std::uint64_t k : {std::uint64_t{300}, std::uint64_t{700}}) {
-    auto plan = bellows::cpu::plan_sample(1000, k);
+    auto plan = bellows::plan_sample(1000, k);
     plan.batch = plan.chosen + 1;
     for (std::uint64_t seed = 0; seed < 20; ++seed) {
       const auto v = draw(plan, seed);
@@ -79,7 +79,7 @@ TEST_CASE("draw_sample: extra rounds when the first batch yields too few distinc
 }
 
 TEST_CASE("draw_sample: another seed, step or rank gives another draw") {
-  const auto plan = bellows::cpu::plan_sample(100000, 1000);
+  const auto plan = bellows::plan_sample(100000, 1000);
   const auto a = draw(plan, 1), b = draw(plan, 2), c = draw(plan, 1, 1);
   CHECK(a != b);
   CHECK(a != c);
@@ -96,7 +96,7 @@ TEST_CASE("draw_sample: index frequencies are uniform (chi-square, false alarm 1
                           setting{50000, 500, 200}}) {
     CAPTURE(s.n);
     CAPTURE(s.k);
-    const auto plan = bellows::cpu::plan_sample(s.n, s.k);
+    const auto plan = bellows::plan_sample(s.n, s.k);
     std::vector<double> count(s.n, 0.0);
     for (std::uint64_t d = 0; d < s.draws; ++d)
       for (std::uint32_t i : draw(plan, 1000 + d)) count[i] += 1;
@@ -110,7 +110,7 @@ TEST_CASE("draw_sample: index frequencies are uniform (chi-square, false alarm 1
 }
 
 TEST_CASE("draw_sample: every subset equally likely (chi-square over the 20 subsets of 3 of 6)") {
-  const auto plan = bellows::cpu::plan_sample(6, 3);
+  const auto plan = bellows::plan_sample(6, 3);
   std::map<std::vector<std::uint32_t>, double> count;
   const double draws = 40000;
   for (std::uint64_t d = 0; d < static_cast<std::uint64_t>(draws); ++d) count[draw(plan, d)] += 1;
@@ -124,7 +124,7 @@ TEST_CASE("plan_sample: a batch above the chosen count, within n, found with IEE
   for (std::uint64_t n : {2u, 10u, 1000u, 1u << 24, 1u << 30}) {
     for (std::uint64_t k : {std::uint64_t{1}, n / 100, n / 2, n - 1}) {
       if (k == 0) continue;
-      const auto p = bellows::cpu::plan_sample(n, k);
+      const auto p = bellows::plan_sample(n, k);
       CAPTURE(n);
       CAPTURE(k);
       CHECK(p.chosen == std::min(k, n - k));
@@ -137,7 +137,7 @@ TEST_CASE("plan_sample: a batch above the chosen count, within n, found with IEE
       CHECK(distinct >= static_cast<double>(p.chosen));
     }
   }
-  CHECK_THROWS_AS((void)bellows::cpu::plan_sample(5, 6), bellows::error);
+  CHECK_THROWS_AS((void)bellows::plan_sample(5, 6), bellows::error);
 }
 
 TEST_CASE("multiply_wide: the 128-bit product") {
@@ -146,7 +146,7 @@ TEST_CASE("multiply_wide: the 128-bit product") {
   for (std::uint64_t a : values)
     for (std::uint64_t b : values) {
       const u128 p = static_cast<u128>(a) * b;
-      const auto w = bellows::cpu::multiply_wide(a, b);
+      const auto w = bellows::multiply_wide(a, b);
       CHECK(w.high == static_cast<std::uint64_t>(p >> 64));
       CHECK(w.low == static_cast<std::uint64_t>(p));
     }
@@ -164,7 +164,7 @@ struct gathered {
   std::vector<float> value, staged;
 };
 
-gathered gather(unsigned threads, const bellows::cpu::sample_plan& plan, const std::vector<float>& g,
+gathered gather(unsigned threads, const bellows::sample_plan& plan, const std::vector<float>& g,
                 const std::vector<float>& e, float scale = 1.0f) {
   bellows::cpu::executor exec(threads);
   bellows::cpu::sample_workspace ws(plan);
@@ -174,7 +174,7 @@ gathered gather(unsigned threads, const bellows::cpu::sample_plan& plan, const s
   r.staged.assign(e.empty() ? 0 : plan.n, -1.0f);
   bellows::cpu::draw_sample(exec, plan, bellows::philox::stream{3, 4, 5, 6}, ws);
   r.finite = bellows::cpu::gather_sample(exec, plan, ws, g, e, r.staged,
-                                         bellows::cpu::sparse_arrays<std::uint32_t>{r.index, r.value}, scale);
+                                         bellows::sparse_arrays<std::uint32_t>{r.index, r.value}, scale);
   CHECK(std::all_of(ws.chosen.begin(), ws.chosen.end(), [](std::uint64_t w) { return w == 0; }));
   return r;
 }
@@ -189,7 +189,7 @@ TEST_CASE("gather_sample: scaled kept values; with a memory, staged = g + e with
   for (std::size_t i = 0; i < n; ++i) m[i] = g[i] + e[i];
   for (std::size_t k : {std::size_t{1}, n / 100, n / 2, n - 40, n}) {
     CAPTURE(k);
-    const auto plan = bellows::cpu::plan_sample(n, k);
+    const auto plan = bellows::plan_sample(n, k);
     const gathered plain = gather(1, plan, g, {}, 2.5f);
     REQUIRE(plain.finite);
     for (std::size_t j = 0; j < k; ++j) CHECK(plain.value[j] == 2.5f * g[plain.index[j]]);
@@ -210,7 +210,7 @@ TEST_CASE("gather_sample: scaled kept values; with a memory, staged = g + e with
 
 TEST_CASE("gather_sample: a NaN or Inf anywhere, kept or not, returns false") {
   const std::size_t n = 2 * bellows::cpu::sparse_chunk + 5;
-  const auto plan = bellows::cpu::plan_sample(n, n / 50);
+  const auto plan = bellows::plan_sample(n, n / 50);
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
     for (std::size_t at : {std::size_t{0}, bellows::cpu::sparse_chunk + 3, n - 1}) {
       auto g = bellows::testing::normal_floats(n, 5);

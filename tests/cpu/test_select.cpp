@@ -37,10 +37,10 @@ struct selection {
   std::vector<float> staged;
 };
 
-selection select(unsigned threads, const bellows::cpu::select_plan& plan, const std::vector<float>& g,
+selection select(unsigned threads, const bellows::select_plan& plan, const std::vector<float>& g,
                  const std::vector<float>& e = {}, std::size_t capacity = 0, std::uint32_t step = 0) {
   bellows::cpu::executor exec(threads);
-  bellows::cpu::select_plan sized = plan;
+  bellows::select_plan sized = plan;
   if (capacity != 0) sized.capacity = capacity;
   bellows::cpu::select_workspace ws(sized);
   selection s;
@@ -50,7 +50,7 @@ selection select(unsigned threads, const bellows::cpu::select_plan& plan, const 
                                         s.called = true;
                                         s.index.resize(count);
                                         s.value.resize(count);
-                                        return bellows::cpu::sparse_arrays<std::uint32_t>{s.index, s.value};
+                                        return bellows::sparse_arrays<std::uint32_t>{s.index, s.value};
                                       });
   return s;
 }
@@ -102,7 +102,7 @@ TEST_CASE("select_top: the exact top-k of a stable sort, for data of every kind,
         CAPTURE(kind);
         CAPTURE(n);
         CAPTURE(k);
-        const auto plan = bellows::cpu::plan_select(n, k, k);
+        const auto plan = bellows::plan_select(n, k, k);
         const selection s = select(1, plan, v);
         REQUIRE(s.finite);
         CHECK(s.index == sorted_top(v, k));
@@ -132,7 +132,7 @@ TEST_CASE("select_top with a memory: selects from g + e, and stages g + e with z
       CAPTURE(kind);
       CAPTURE(k);
       for (unsigned threads : {1u, 2u}) {
-        const selection s = select(threads, bellows::cpu::plan_select(n, k, k), g, e);
+        const selection s = select(threads, bellows::plan_select(n, k, k), g, e);
         REQUIRE(s.finite);
         CHECK(s.index == sorted_top(m, k));
         std::vector<float> expected = m;
@@ -154,7 +154,7 @@ TEST_CASE("select_top: when the sample misleads or the workspace overflows, the 
     for (std::size_t i = 0; i < n; ++i) m[i] = g[i] + e[i];
     for (std::size_t k : {n / 200, n / 4}) {
       CAPTURE(k);
-      const auto plan = bellows::cpu::plan_select(n, k, k);
+      const auto plan = bellows::plan_select(n, k, k);
       auto too_high = plan;  // the threshold above every sample: fewer than k candidates
       too_high.lower_rank = 1;
       too_high.upper_rank = 0;
@@ -183,7 +183,7 @@ TEST_CASE("select_top approximate: keeps between k and max_count elements, each 
       const std::size_t most = k + (k + 3) / 4;
       std::size_t above_k = 0;
       for (std::uint32_t step = 0; step < 8; ++step) {
-        const selection s = select(1, bellows::cpu::plan_select(n, k, most), v, {}, 0, step);
+        const selection s = select(1, bellows::plan_select(n, k, most), v, {}, 0, step);
         REQUIRE(s.finite);
         CHECK(s.index.size() >= k);
         CHECK(s.index.size() <= most);
@@ -208,7 +208,7 @@ TEST_CASE("select_top: a NaN or Inf anywhere returns false before anything is em
   const float bad_values[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                               -std::numeric_limits<float>::infinity()};
   for (std::size_t k : {std::size_t{1}, n / 100, n / 3, n}) {
-    const auto plan = bellows::cpu::plan_select(n, k, k);
+    const auto plan = bellows::plan_select(n, k, k);
     for (float bad : bad_values) {
       for (std::size_t at : {std::size_t{0}, select_chunk - 1, select_chunk, n - 1}) {
         CAPTURE(k);
@@ -234,7 +234,7 @@ TEST_CASE("kth_largest_key: the key at rank r of a descending sort, and how many
     std::vector<float> v(n);
     for (float& x : v) x = static_cast<float>(static_cast<int>(rng() % 41) - 20) * (rng() % 3 ? 1.0f : 1e-20f);
     std::vector<std::uint32_t> keys(n), scratch(n);
-    for (std::size_t i = 0; i < n; ++i) keys[i] = bellows::cpu::magnitude_key(v[i]);
+    for (std::size_t i = 0; i < n; ++i) keys[i] = bellows::magnitude_key(v[i]);
     std::sort(keys.begin(), keys.end(), std::greater<>());
     for (std::size_t rank : {std::size_t{1}, n / 3 + 1, n}) {
       const auto r = bellows::cpu::kth_largest_key(v, rank, scratch);
@@ -251,7 +251,7 @@ TEST_CASE("plan_select: thresholds inside the sample, an upper one only for larg
       if (k == 0) continue;
       CAPTURE(n);
       CAPTURE(k);
-      const auto p = bellows::cpu::plan_select(n, k, k);
+      const auto p = bellows::plan_select(n, k, k);
       CHECK(p.sample <= std::min<std::size_t>(n, 32768));
       if (k == n) {
         CHECK(p.sample == 0);
@@ -267,8 +267,8 @@ TEST_CASE("plan_select: thresholds inside the sample, an upper one only for larg
             static_cast<double>(k) * static_cast<double>(p.sample) / static_cast<double>(n));
     }
   }
-  CHECK_THROWS_AS((void)bellows::cpu::plan_select(10, 0, 0), bellows::error);
-  CHECK_THROWS_AS((void)bellows::cpu::plan_select(10, 5, 11), bellows::error);
+  CHECK_THROWS_AS((void)bellows::plan_select(10, 0, 0), bellows::error);
+  CHECK_THROWS_AS((void)bellows::plan_select(10, 5, 11), bellows::error);
 }
 
 TEST_CASE("select_top_dense: the same selection written densely, and the same staged residual") {
@@ -279,7 +279,7 @@ TEST_CASE("select_top_dense: the same selection written densely, and the same st
     for (std::size_t k : {std::size_t{1}, n / 100, n / 3, n - 2, n}) {
       CAPTURE(kind);
       CAPTURE(k);
-      auto plan = bellows::cpu::plan_select(n, k, k);
+      auto plan = bellows::plan_select(n, k, k);
       for (int variant = 0; variant < 2; ++variant) {  // as planned; with the sample misleading
         if (variant == 1 && plan.sample != 0) plan.lower_rank = 1;
         const selection sparse = select(2, plan, g, e);
@@ -300,7 +300,7 @@ TEST_CASE("select_top_dense: the same selection written densely, and the same st
   auto g = bellows::testing::normal_floats(n, 3);
   g[n - 1] = std::numeric_limits<float>::infinity();
   bellows::cpu::executor exec(1);
-  const auto plan = bellows::cpu::plan_select(n, n / 100, n / 100);
+  const auto plan = bellows::plan_select(n, n / 100, n / 100);
   bellows::cpu::select_workspace ws(plan);
   std::vector<float> dense(n);
   CHECK_FALSE(bellows::cpu::select_top_dense(exec, plan, bellows::philox::stream{}, g, {}, {}, ws, dense).has_value());

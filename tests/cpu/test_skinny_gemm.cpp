@@ -63,7 +63,7 @@ TEST_CASE("project_rows and project_cols match a double reference, with and with
         const auto e = memory ? bellows::testing::normal_floats(n * m, n + 11 * m) : std::vector<float>{};
         const auto q = bellows::testing::normal_floats(m * r, r);
         const auto pin = bellows::testing::normal_floats(n * r, r + 100);
-        const bellows::cpu::compensated_matrix M{g, e, n, m};
+        const bellows::compensated_matrix M{g, e, n, m};
 
         std::vector<float> p1(n * r), p3(n * r, -1.0f), q1(m * r), q3(m * r, -1.0f);
         bellows::cpu::project_rows(one, M, q, p1);
@@ -113,7 +113,7 @@ TEST_CASE("reconstruct_update writes P Q^T and leaves M - P Q^T in the memory") 
 TEST_CASE("skinny products refuse factors of the wrong size") {
   bellows::cpu::executor one(1);
   std::vector<float> g(12), p(4 * 2), q(3 * 2), bad(5);
-  const bellows::cpu::compensated_matrix M{g, {}, 4, 3};
+  const bellows::compensated_matrix M{g, {}, 4, 3};
   CHECK_THROWS_AS(bellows::cpu::project_rows(one, M, bad, p), bellows::error);
   CHECK_THROWS_AS(bellows::cpu::project_cols(one, M, bad, q), bellows::error);
   CHECK_THROWS_AS(bellows::cpu::project_rows(one, {g, bad, 4, 3}, q, p), bellows::error);
@@ -137,7 +137,7 @@ TEST_CASE("skinny kernels: the baseline and the AVX2 build give the same bits") 
       const auto e = bellows::testing::normal_floats(n * m, 6);
       const auto p = bellows::testing::normal_floats(n * r, 7);
       const auto q = bellows::testing::normal_floats(m * r, 8);
-      const bellows::cpu::compensated_matrix M{g, e, n, m};
+      const bellows::compensated_matrix M{g, e, n, m};
       const auto both = [](const auto& body) {
         body(false);
         body(true);

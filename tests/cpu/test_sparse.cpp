@@ -29,17 +29,17 @@ using bellows::testing::same_bits;
 }  // namespace
 
 TEST_CASE("magnitude_key orders magnitudes, signed zeros and denormals included") {
-  using bellows::cpu::magnitude_key;
+  using bellows::magnitude_key;
   const float ladder[] = {0.0f, std::numeric_limits<float>::denorm_min(), 1e-40f,
                           std::numeric_limits<float>::min(), 1.0f, 3.0e38f,
                           std::numeric_limits<float>::max()};
   for (std::size_t i = 0; i + 1 < std::size(ladder); ++i) {
     CHECK(magnitude_key(ladder[i]) < magnitude_key(ladder[i + 1]));
     CHECK(magnitude_key(-ladder[i]) == magnitude_key(ladder[i]));
-    CHECK(magnitude_key(ladder[i]) < bellows::cpu::non_finite_key);
+    CHECK(magnitude_key(ladder[i]) < bellows::non_finite_key);
   }
-  CHECK(magnitude_key(std::numeric_limits<float>::infinity()) == bellows::cpu::non_finite_key);
-  CHECK(magnitude_key(-std::numeric_limits<float>::quiet_NaN()) > bellows::cpu::non_finite_key);
+  CHECK(magnitude_key(std::numeric_limits<float>::infinity()) == bellows::non_finite_key);
+  CHECK(magnitude_key(-std::numeric_limits<float>::quiet_NaN()) > bellows::non_finite_key);
 }
 
 TEST_CASE("scatter_add: adds each value at its index, 32- and 64-bit indices") {

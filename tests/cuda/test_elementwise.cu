@@ -2,6 +2,7 @@
 // The device elementwise kernels give the CPU kernels' bits, and flag non-finite elements.
 #include <bellows/cpu/elementwise.hpp>
 #include <bellows/cuda/elementwise.cuh>
+#include <bellows/cpu/executor.hpp>
 
 #include <doctest/doctest.h>
 
@@ -45,8 +46,8 @@ TEST_CASE("cuda elementwise: the CPU kernels' bits, at n = 0, 1 and beyond one g
     bellows::cuda::subtract(dev, out.span(), da.span(), db.span());
     CHECK(same_bytes(out.host(), want));
 
-    bellows::cpu::divide_into(host, want, a, 3.0f);
-    bellows::cuda::divide_into(dev, out.span(), da.span(), 3.0f);
+    bellows::cpu::divide(host, want, a, 3.0f);
+    bellows::cuda::divide(dev, out.span(), da.span(), 3.0f);
     CHECK(same_bytes(out.host(), want));
 
     std::vector<float> x = a;

@@ -3,6 +3,7 @@
 // nothing written outside the output, and a range past the stream's end refused.
 #include <bellows/cpu/normals.hpp>
 #include <bellows/cuda/normals.cuh>
+#include <bellows/cpu/executor.hpp>
 
 #include <doctest/doctest.h>
 

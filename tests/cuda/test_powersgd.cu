@@ -25,7 +25,7 @@
 #include <bellows/collectives/local.hpp>
 #include <bellows/collectives/nccl.cuh>
 #include <bellows/compressors/powersgd.hpp>
-#include <bellows/cuda/powersgd.cuh>
+#include <bellows/compressors/powersgd.cuh>
 
 #include <doctest/doctest.h>
 

@@ -5,7 +5,7 @@
 // checkpoints that cross backends.
 #include <bellows/collectives/nccl.cuh>
 #include <bellows/compressors/qsgd.hpp>
-#include <bellows/cuda/qsgd.cuh>
+#include <bellows/compressors/qsgd.cuh>
 
 #include <doctest/doctest.h>
 

@@ -2,6 +2,7 @@
 // The device QSGD codes and scales equal the CPU's byte for byte, and so do the decoded values.
 #include <bellows/cpu/quantize.hpp>
 #include <bellows/cuda/quantize.cuh>
+#include <bellows/cpu/executor.hpp>
 
 #include <doctest/doctest.h>
 
@@ -32,7 +33,7 @@ std::vector<float> gradient(std::size_t n, std::size_t bucket, unsigned seed, fl
 }
 
 /// Quantises on both backends, compares scales, codes, the flag and both decodings.
-void compare(std::size_t n, std::size_t bucket, unsigned bits, bellows::cpu::bucket_norm norm, float bad) {
+void compare(std::size_t n, std::size_t bucket, unsigned bits, bellows::bucket_norm norm, float bad) {
   CAPTURE(n);
   CAPTURE(bucket);
   CAPTURE(bits);
@@ -40,7 +41,7 @@ void compare(std::size_t n, std::size_t bucket, unsigned bits, bellows::cpu::buc
   CAPTURE(bad);
   static bellows::cpu::executor host(2);
   static bellows::cuda::executor dev;
-  const bellows::cpu::code_layout layout{bits, bucket, n};
+  const bellows::code_layout layout{bits, bucket, n};
   const bellows::philox::stream rng{0x5eedULL, 7, 3, 1};
   const std::vector<float> in = gradient(n, bucket, 11 + bits, bad);
 
@@ -78,7 +79,7 @@ void compare(std::size_t n, std::size_t bucket, unsigned bits, bellows::cpu::buc
 TEST_CASE("cuda quantize_pack and unpack_dequantize: the CPU's bytes, every width, norm and edge") {
   if (!bellows::test::have_device()) return;
   for (unsigned bits : {2u, 4u, 8u})
-    for (auto norm : {bellows::cpu::bucket_norm::l2, bellows::cpu::bucket_norm::max_abs})
+    for (auto norm : {bellows::bucket_norm::l2, bellows::bucket_norm::max_abs})
       for (std::size_t bucket : {std::size_t{1}, std::size_t{7}, std::size_t{512}, std::size_t{1000}})
         // the large case has over 10^5 buckets either way (a warp per 4 buckets: 8 * 10^6 threads at
         // 10^6 buckets of 1, too many for the emulated run under AddressSanitizer)
@@ -90,7 +91,7 @@ TEST_CASE("cuda quantize_pack and unpack_dequantize: the CPU's bytes, every widt
 TEST_CASE("cuda quantize_pack: NaN and Inf give the CPU's scales and raise the flag") {
   if (!bellows::test::have_device()) return;
   for (unsigned bits : {2u, 8u})
-    for (auto norm : {bellows::cpu::bucket_norm::l2, bellows::cpu::bucket_norm::max_abs})
+    for (auto norm : {bellows::bucket_norm::l2, bellows::bucket_norm::max_abs})
       for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()})
         compare(10'000, 512, bits, norm, bad);
 }

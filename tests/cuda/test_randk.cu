@@ -5,7 +5,7 @@
 // checkpoints that cross backends.
 #include <bellows/collectives/nccl.cuh>
 #include <bellows/compressors/randk.hpp>
-#include <bellows/cuda/randk.cuh>
+#include <bellows/compressors/randk.cuh>
 
 #include <doctest/doctest.h>
 

@@ -2,6 +2,7 @@
 // The device rand-k draw gives the CPU's indices bit for bit, and the same values and residual.
 #include <bellows/cpu/sample.hpp>
 #include <bellows/cuda/sample.cuh>
+#include <bellows/cpu/executor.hpp>
 
 #include <doctest/doctest.h>
 
@@ -25,7 +26,7 @@ void compare(std::size_t n, std::size_t k, std::uint32_t step, float bad) {
   CAPTURE(bad);
   static bellows::cpu::executor host(2);
   static bellows::cuda::executor dev;
-  const bellows::cpu::sample_plan plan = bellows::cpu::plan_sample(n, k);
+  const bellows::sample_plan plan = bellows::plan_sample(n, k);
   const bellows::philox::stream s{0xabcdefULL, step, 2, bellows::philox::stream::shared};
   std::mt19937 gen(step);
   std::normal_distribution<float> d;
@@ -45,7 +46,7 @@ void compare(std::size_t n, std::size_t k, std::uint32_t step, float bad) {
     bellows::cpu::draw_sample(host, plan, s, ws);
     const std::span<const float> ce = feedback ? std::span<const float>(e) : std::span<const float>();
     const bool finite = bellows::cpu::gather_sample(host, plan, ws, g, ce, staged,
-                                                    bellows::cpu::sparse_arrays<std::uint32_t>{index, value}, 0.5f);
+                                                    bellows::sparse_arrays<std::uint32_t>{index, value}, 0.5f);
 
     bellows::test::device_array<float> dg(g), de(feedback ? e : std::vector<float>()), dvalue(k),
         dstaged(feedback ? n : 0);
@@ -53,7 +54,7 @@ void compare(std::size_t n, std::size_t k, std::uint32_t step, float bad) {
     bellows::cuda::sample_workspace dws(plan, dev.workspace());
     bellows::cuda::draw_sample(dev, plan, s, dws);
     bellows::cuda::gather_sample(dev, plan, dws, dg.span(), de.span(), dstaged.span(),
-                                 bellows::cpu::sparse_arrays<std::uint32_t>{dindex.span(), dvalue.span()}, 0.5f);
+                                 bellows::sparse_arrays<std::uint32_t>{dindex.span(), dvalue.span()}, 0.5f);
     unsigned flag = 0;
     BELLOWS_CUDA_CHECK(cudaMemcpy(&flag, dws.non_finite, sizeof(flag), cudaMemcpyDeviceToHost));
     CHECK(flag == (finite ? 0u : 1u));

@@ -3,6 +3,7 @@
 // residual.
 #include <bellows/cpu/select.hpp>
 #include <bellows/cuda/select.cuh>
+#include <bellows/cpu/executor.hpp>
 
 #include <doctest/doctest.h>
 
@@ -37,7 +38,7 @@ void compare(std::size_t n, std::size_t k, data kind, float bad) {
   CAPTURE(bad);
   static bellows::cpu::executor host(2);
   static bellows::cuda::executor dev;
-  const bellows::cpu::select_plan plan = bellows::cpu::plan_select(n, k, k);
+  const bellows::select_plan plan = bellows::plan_select(n, k, k);
   const bellows::philox::stream s{0x77ULL, 1, 4, bellows::philox::stream::shared};
   std::vector<float> g = make(n, kind, 5), e = make(n, kind, 6);
   if (bad != 0.0f && n > 0) e[n / 3] = bad;
@@ -52,7 +53,7 @@ void compare(std::size_t n, std::size_t k, data kind, float bad) {
     const bool finite = bellows::cpu::select_top(host, plan, s, g, ce, staged, ws, [&](std::size_t count) {
       index.resize(count);
       value.resize(count);
-      return bellows::cpu::sparse_arrays<std::uint32_t>{index, value};
+      return bellows::sparse_arrays<std::uint32_t>{index, value};
     });
 
     bellows::test::device_array<float> dg(g), de(feedback ? e : std::vector<float>()), dvalue(k),
@@ -60,7 +61,7 @@ void compare(std::size_t n, std::size_t k, data kind, float bad) {
     bellows::test::device_array<std::uint32_t> dindex(k);
     bellows::cuda::select_workspace dws(plan, dev.workspace());
     bellows::cuda::select_top(dev, plan, dg.span(), de.span(), dstaged.span(), dws,
-                              bellows::cpu::sparse_arrays<std::uint32_t>{dindex.span(), dvalue.span()});
+                              bellows::sparse_arrays<std::uint32_t>{dindex.span(), dvalue.span()});
     unsigned flag = 0;
     std::uint32_t selected = 0;
     BELLOWS_CUDA_CHECK(cudaDeviceSynchronize());

@@ -8,6 +8,8 @@
 #include <bellows/cuda/skinny_gemm.cuh>
 #include <bellows/cuda/gram_schmidt.cuh>
 #include <bellows/cpu/gram_schmidt.hpp>
+#include <bellows/cpu/skinny_gemm.hpp>
+#include <bellows/cpu/executor.hpp>
 
 #include <doctest/doctest.h>
 
@@ -86,7 +88,7 @@ void compare_products(std::size_t n, std::size_t m, std::size_t r, bool memory, 
   device_array<float> dq(q), dp_in(p_in), dp(std::vector<float>(n * r, -1.0f));
   device_array<float> dq_out(std::vector<float>(m * r, -1.0f));
   dev.reserve(bellows::cuda::project_cols_workspace_bytes(n, m, r));
-  const bellows::cpu::compensated_matrix M{dg.span(), de.span(), n, m};
+  const bellows::compensated_matrix M{dg.span(), de.span(), n, m};
   bellows::cuda::project_rows(dev, M, dq.span(), dp.span());
   bellows::cuda::project_cols(dev, M, dp_in.span(), dq_out.span());
   const std::vector<float> got_p = dp.host(), got_q = dq_out.host();
@@ -257,7 +259,7 @@ TEST_CASE("cuda PowerSGD step: a matrix of rank 2 rebuilt, no error left; two ru
     bellows::cuda::executor dev;
     dev.reserve(bellows::cuda::project_cols_workspace_bytes(n, m, r));
     device_array<float> dg(g), de(e), dq(bellows::testing::normal_floats(m * r, 24)), dp(n * r);
-    const bellows::cpu::compensated_matrix M{dg.span(), de.span(), n, m};
+    const bellows::compensated_matrix M{dg.span(), de.span(), n, m};
     bellows::cuda::orthogonalize(dev, dq.span(), m, 0.0f);
     bellows::cuda::project_rows(dev, M, dq.span(), dp.span());
     bellows::cuda::orthogonalize(dev, dp.span(), n, 0.0f);
@@ -286,7 +288,7 @@ TEST_CASE("cuda skinny products refuse factors of the wrong size and a workspace
   if (!bellows::test::have_device()) return;
   bellows::cuda::executor dev;
   device_array<float> g(300 * 3), p(300 * 2), q(3 * 2), bad(5);
-  const bellows::cpu::compensated_matrix M{g.span(), {}, 300, 3};
+  const bellows::compensated_matrix M{g.span(), {}, 300, 3};
   CHECK_THROWS_AS(bellows::cuda::project_rows(dev, M, bad.span(), p.span()), bellows::error);
   CHECK_THROWS_AS(bellows::cuda::project_cols(dev, M, bad.span(), q.span()), bellows::error);
   CHECK_THROWS_AS(bellows::cuda::project_rows(dev, {g.span(), bad.span(), 300, 3}, q.span(), p.span()),

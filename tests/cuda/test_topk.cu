@@ -6,7 +6,7 @@
 // that cross backends.
 #include <bellows/collectives/nccl.cuh>
 #include <bellows/compressors/topk.hpp>
-#include <bellows/cuda/topk.cuh>
+#include <bellows/compressors/topk.cuh>
 
 #include <doctest/doctest.h>
 

@@ -49,73 +49,29 @@
 namespace bellows {
 
 template <class Exec = cpu::executor>
-class powersgd {
-public:
-  /// One layer: the error memory e, the query Q and workspace, all sized at make_state.
-  struct state {
-    layer_info layer;
-    std::uint64_t step = 0;
-    std::size_t rows = 0;        ///< n
-    std::size_t cols = 0;        ///< m
-    std::size_t rank = 0;        ///< r' of a compressed layer; 0 for a layer left uncompressed
-    error_memory memory;         ///< e (n x m, row-major) of a compressed layer, if feedback is on
-    std::vector<float> query;    ///< Q, m x (columns held) column-major, kept between steps
-    std::vector<float> next;     ///< workspace: this step's Q, swapped into `query` on commit
-    std::vector<float> exchange; ///< workspace: P (n x r') and the non-finite vote, or the dense buffer
+class powersgd : public detail::powersgd_common<powersgd<Exec>, Exec> {
+  using base = detail::powersgd_common<powersgd<Exec>, Exec>;
+  friend base;
 
-    [[nodiscard]] bool compressed() const noexcept { return rank != 0; }
+public:
+  /// One layer: sizes, rank and step counter (powersgd_layer); the error memory e, the query Q
+  /// and workspace, all sized at make_state.
+  struct state : detail::powersgd_layer {
+    error_memory memory;          ///< e (n x m, row-major) of a compressed layer, if feedback is on
+    std::vector<float> query;     ///< Q, m x (columns held) column-major, kept between steps
+    std::vector<float> next;      ///< workspace: this step's Q, swapped into `query` on commit
+    std::vector<float> exchange;  ///< workspace: P (n x r') and the non-finite vote, or the dense buffer
   };
 
-  explicit powersgd(const powersgd_params& params = {}, Exec& exec = Exec::shared())
-      : params_(params), exec_(&exec) {
-    detail::check_powersgd_params(params);
-  }
-
-  [[nodiscard]] const powersgd_params& params() const noexcept { return params_; }
-
-  /// r' for a layer at rank r, or 0 when the layer is not worth compressing at that rank.
-  [[nodiscard]] std::size_t effective_rank(const layer_info& layer, std::size_t rank) const noexcept {
-    return detail::powersgd_effective_rank(params_, layer, rank);
-  }
-
-  [[nodiscard]] state make_state(const layer_info& layer) const {
-    state st;
-    st.layer = layer;
-    st.rows = layer.shape.rows();
-    st.cols = layer.shape.cols();
-    resize(st, effective_rank(layer, params_.rank));
-    return st;
-  }
-
-  /// How the compressor exchanges a compressed layer; see aggregation(state) for one layer.
-  [[nodiscard]] bellows::aggregation aggregation() const noexcept {
-    return bellows::aggregation::allreduce_two_round;
-  }
-  /// How this layer is exchanged: two allreduces when compressed, else one.
-  [[nodiscard]] bellows::aggregation aggregation(const state& st) const noexcept {
-    return st.compressed() ? bellows::aggregation::allreduce_two_round : bellows::aggregation::allreduce;
-  }
+  explicit powersgd(const powersgd_params& params = {}, Exec& exec = Exec::shared()) : base(params, exec) {}
 
   template <Collective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     BELLOWS_EXPECTS(inout.size() == st.layer.size(), "powersgd: layer '", st.layer.name,
                     "' of shape ", st.layer.shape.to_string(), " has ", st.layer.size(),
                     " elements, the buffer ", inout.size());
-    if (const std::size_t r = effective_rank(st.layer, params_.rank); r != st.rank) resize(st, r);
+    this->follow_rank(st);
     return st.compressed() ? reduce_low_rank(st, inout, coll) : reduce_dense(st, inout, coll);
-  }
-
-  /// Whether this layer is compressed at the state's current rank.
-  [[nodiscard]] bool compresses(const state& st) const noexcept { return st.compressed(); }
-
-  /// Sets a layer's rank (reduce does this itself when the compressor's rank differs from the
-  /// state's, as when Accordion switches a layer between two instances): keeps e and the first
-  /// min(r'_old, r'_new) columns of Q, and draws the others as the first draw would have. A
-  /// layer that the new rank leaves uncompressed keeps Q for later and sends its memory with its
-  /// next gradient. Allocates; not for the steady state.
-  void set_rank(state& st, std::size_t rank) const {
-    BELLOWS_EXPECTS(rank >= 1, "powersgd: layer '", st.layer.name, "': rank must be >= 1, got ", rank);
-    resize(st, effective_rank(st.layer, rank));
   }
 
   /// Appends what a layer carries from step to step: r', step, e (if any) and Q.
@@ -133,8 +89,8 @@ public:
       next.memory = error_memory();
     } else {
       if (next.memory.values().empty())
-        next.memory = error_memory(params_.feedback == feedback::none ? feedback::residual : params_.feedback,
-                                   st.layer.size());
+        next.memory = error_memory(
+            this->params_.feedback == feedback::none ? feedback::residual : this->params_.feedback, st.layer.size());
       std::ranges::copy(rec.memory, next.memory.values().begin());
     }
     next.query = std::move(rec.query);
@@ -154,8 +110,8 @@ private:
       return;
     }
     detail::check_powersgd_sizes(st.layer, r);
-    if (st.memory.values().empty() && params_.feedback != feedback::none)
-      st.memory = error_memory(params_.feedback, n * m);
+    if (st.memory.values().empty() && this->params_.feedback != feedback::none)
+      st.memory = error_memory(this->params_.feedback, n * m);
     const std::size_t held = st.query.size() / m;
     st.query.resize(m * r);
     if (r > held) draw_columns(st, std::span<float>(st.query).subspan(held * m), held, 0);
@@ -163,12 +119,9 @@ private:
     st.exchange.assign(n * r + 1, 0.0f);
   }
 
-  /// Columns first_col, first_col + 1, ... of the query drawn at `step`: element i of column j
-  /// is normal number j*m + i of the stream (seed, step, layer, shared).
+  /// Columns first_col, first_col + 1, ... of the query drawn at `step`.
   void draw_columns(const state& st, std::span<float> out, std::size_t first_col, std::uint64_t step) const {
-    const philox::stream s{params_.seed, static_cast<std::uint32_t>(step), st.layer.id,
-                           philox::stream::shared};
-    fill_normals(*exec_, out, s, first_col * st.cols);
+    fill_normals(*this->exec_, out, this->query_stream(st, step), first_col * st.cols);
   }
 
   /// This step's query in st.next: the previous Q (warm start) or a new draw, with any all-zero
@@ -176,7 +129,7 @@ private:
   /// orthogonalised.
   void prepare_query(state& st) const {
     const std::size_t m = st.cols;
-    if (params_.warm_start) {
+    if (this->params_.warm_start) {
       std::ranges::copy(st.query, st.next.begin());
       for (std::size_t j = 0; j < st.rank; ++j) {
         const std::span<float> col = std::span<float>(st.next).subspan(j * m, m);
@@ -185,37 +138,36 @@ private:
     } else {
       draw_columns(st, st.next, 0, st.step);
     }
-    orthogonalize(*exec_, st.next, m, params_.orthogonalization_eps);
+    orthogonalize(*this->exec_, st.next, m, this->params_.orthogonalization_eps);
   }
 
   template <Collective Coll>
   reduce_result reduce_low_rank(state& st, std::span<float> inout, Coll& coll) {
     const std::size_t n = st.rows, m = st.cols, r = st.rank;
     const std::span<float> e = st.memory.values();
-    const cpu::compensated_matrix M{inout, e, n, m};
+    const compensated_matrix M{inout, e, n, m};
     const std::span<float> p = std::span<float>(st.exchange).first(n * r);
     float& vote = st.exchange[n * r];
 
     prepare_query(st);
-    project_rows(*exec_, M, st.next, p);
-    vote = all_finite(*exec_, std::span<const float>(p)) ? 0.0f : 1.0f;
+    project_rows(*this->exec_, M, st.next, p);
+    vote = all_finite(*this->exec_, std::span<const float>(p)) ? 0.0f : 1.0f;
     coll.allreduce_sum(std::span<float>(st.exchange));
     traffic sent{st.exchange.size() * sizeof(float), st.exchange.size(), (n + m) * r};
-    if (vote != 0.0f || !all_finite(*exec_, std::span<const float>(p)))
+    if (vote != 0.0f || !all_finite(*this->exec_, std::span<const float>(p)))
       return {step_status::non_finite, sent};
 
-    orthogonalize(*exec_, p, n, params_.orthogonalization_eps);
-    project_cols(*exec_, M, p, st.next);
+    orthogonalize(*this->exec_, p, n, this->params_.orthogonalization_eps);
+    project_cols(*this->exec_, M, p, st.next);
     coll.allreduce_sum(std::span<float>(st.next));
-    divide(*exec_, st.next, static_cast<float>(coll.size()));
+    divide(*this->exec_, st.next, static_cast<float>(coll.size()));
     sent += traffic{st.next.size() * sizeof(float), st.next.size(), 0};
     // M^T P overflows where M is finite but near the largest float: every rank holds the same
     // summed Q, so all skip the step here, before anything but workspace was written.
-    if (!all_finite(*exec_, std::span<const float>(st.next))) return {step_status::non_finite, sent};
+    if (!all_finite(*this->exec_, std::span<const float>(st.next))) return {step_status::non_finite, sent};
 
-    reconstruct_update(*exec_, inout, e, n, m, p, st.next);
-    std::swap(st.query, st.next);
-    ++st.step;
+    reconstruct_update(*this->exec_, inout, e, n, m, p, st.next);
+    this->commit(st);
     return {step_status::ok, sent};
   }
 
@@ -227,20 +179,18 @@ private:
     if (e.empty())
       std::ranges::copy(inout, values.begin());
     else
-      add(*exec_, values, inout, e);  // a memory left from compressed steps goes out with g
-    st.exchange[n] = all_finite(*exec_, std::span<const float>(values)) ? 0.0f : 1.0f;
+      add(*this->exec_, values, inout, e);  // a memory left from compressed steps goes out with g
+    st.exchange[n] = all_finite(*this->exec_, std::span<const float>(values)) ? 0.0f : 1.0f;
     coll.allreduce_sum(std::span<float>(st.exchange));
     const traffic sent{st.exchange.size() * sizeof(float), st.exchange.size(), n};
     if (st.exchange[n] != 0.0f) return {step_status::non_finite, sent};
     std::ranges::copy(values, inout.begin());
-    divide(*exec_, inout, static_cast<float>(coll.size()));
-    if (!e.empty()) fill(*exec_, e, 0.0f);
+    divide(*this->exec_, inout, static_cast<float>(coll.size()));
+    if (!e.empty()) fill(*this->exec_, e, 0.0f);
     ++st.step;
     return {step_status::ok, sent};
   }
 
-  powersgd_params params_;
-  Exec* exec_;
 };
 
 static_assert(Compressor<powersgd<>, archetypes::collective>, "powersgd must model Compressor");

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "bellows/feedback/error_feedback.hpp"
+#include "bellows/plan/feedback.hpp"
 
 namespace bellows {
 

@@ -18,6 +18,7 @@
 
 #include "bellows/compressors/detail/gather_average.hpp"
 #include "bellows/compressors/detail/qsgd_format.hpp"
+#include "bellows/compressors/detail/step_record.hpp"
 #include "bellows/compressors/qsgd_types.hpp"
 #include "bellows/concepts.hpp"
 #include "bellows/core/checkpoint.hpp"
@@ -44,7 +45,7 @@ public:
     error_memory memory;
     std::vector<std::uint64_t> payload;  ///< 8-byte aligned storage of this rank's payload
     gather_buffer gathered;
-    std::vector<cpu::code_arrays> parts;  ///< every rank's validated arrays, for the average
+    std::vector<code_arrays> parts;  ///< every rank's validated arrays, for the average
     std::vector<float> compensated;      ///< m = g + e, when there is a memory
   };
 
@@ -76,12 +77,12 @@ public:
     const std::span<std::byte> mine = encode(st, m, std::as_writable_bytes(std::span(st.payload)), coll.rank());
     const step_status status = detail::gather_average(
         mine, inout, coll, st.gathered, st.parts,
-        [&](std::span<const std::byte> block, cpu::code_arrays& part) {
+        [&](std::span<const std::byte> block, code_arrays& part) {
           const step_status s = validate(st, block);
           if (s == step_status::ok) part = read(st, block);
           return s;
         },
-        [&](std::span<const cpu::code_arrays> parts, std::span<float> out) {
+        [&](std::span<const code_arrays> parts, std::span<float> out) {
           average_dequantize(*exec_, parts, layout(st), out);
         });
     const traffic sent = format_.sent(st.layer.size());
@@ -103,7 +104,7 @@ public:
   [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in,
                                             std::span<std::byte> out, std::size_t rank = 0) const {
     check_size(st, in.size());
-    const cpu::code_layout l = layout(st);
+    const code_layout l = layout(st);
     wire::header h = format_.header(l.n);
     wire::writer w(out, h);
     const std::span<float> scales = w.array<float>(l.buckets());
@@ -134,24 +135,22 @@ public:
 
   /// Appends the step counter and the error memory (empty without one).
   void save(const state& st, checkpoint_writer& out) const {
-    out.put(st.step);
-    out.put_array(st.memory.values());
+    detail::write_step_record(out, st.step, st.memory.values());
   }
   /// Reads what save wrote for the same layer and configuration; checks before it changes anything.
   void load(state& st, checkpoint_reader& in) const {
-    const auto step = in.get<std::uint64_t>("qsgd step");
-    std::vector<float> e(st.memory.values().size());
-    in.get_finite_array(std::span<float>(e), "qsgd error memory");
-    std::ranges::copy(e, st.memory.values().begin());
-    st.step = step;
+    const detail::step_record rec =
+        detail::read_step_record(in, st.memory.values().size(), "qsgd step", "qsgd error memory");
+    std::ranges::copy(rec.memory, st.memory.values().begin());
+    st.step = rec.step;
   }
 
 private:
-  [[nodiscard]] cpu::code_layout layout(const state& st) const noexcept { return format_.layout(st.layer.size()); }
+  [[nodiscard]] code_layout layout(const state& st) const noexcept { return format_.layout(st.layer.size()); }
 
   /// The scales and codes of a payload that format_.check accepted.
-  [[nodiscard]] cpu::code_arrays read(const state& st, std::span<const std::byte> payload) const {
-    const cpu::code_layout l = layout(st);
+  [[nodiscard]] code_arrays read(const state& st, std::span<const std::byte> payload) const {
+    const code_layout l = layout(st);
     wire::reader r(payload, wire::codec::qsgd);
     const std::span<const float> scales = r.array<float>(l.buckets());
     return {scales, r.array<std::uint8_t>(l.code_bytes())};

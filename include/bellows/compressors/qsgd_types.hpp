@@ -5,13 +5,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "bellows/cpu/quantize.hpp"
-#include "bellows/feedback/error_feedback.hpp"
+#include "bellows/plan/codes.hpp"
+#include "bellows/plan/feedback.hpp"
 
 namespace bellows {
 
 /// How a bucket's scale is measured: its L2 norm (the paper's choice) or its largest magnitude.
-using qsgd_norm = cpu::bucket_norm;
+using qsgd_norm = bucket_norm;
 
 struct qsgd_params {
   /// b: bits per element, 2, 4 or 8 (sign-magnitude: s = 2^(b-1) - 1 levels above zero).

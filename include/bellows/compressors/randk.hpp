@@ -41,7 +41,7 @@ public:
 
   private:
     friend class randk;
-    cpu::sample_plan plan_{};
+    sample_plan plan_{};
     cpu::sample_workspace work_;
     std::vector<std::uint32_t> index32_;  // shared mode: the indices of the step
     std::vector<std::uint64_t> index64_;
@@ -104,7 +104,7 @@ private:
     BELLOWS_EXPECTS(!params_.unbiased || params_.feedback == feedback::none, "randk: layer '",
                     st.layer.name, "': unbiased scaling needs feedback none, got feedback ",
                     to_string(params_.feedback));
-    const cpu::sample_plan plan = cpu::plan_sample(st.layer.size(), k);
+    const sample_plan plan = plan_sample(st.layer.size(), k);
     if (!(plan == st.plan_)) {
       st.plan_ = plan;
       st.work_.fit(plan);
@@ -134,12 +134,12 @@ private:
                                                               static_cast<double>(st.plan_.k))
                                          : 1.0f;
     return gather_sample(*this->exec_, st.plan_, st.work_, g, e, staged,
-                         cpu::sparse_arrays<Index>{index, values}, scale);
+                         sparse_arrays<Index>{index, values}, scale);
   }
 
   std::span<std::byte> write(state& st, std::span<const float> g, std::span<const float> e,
                              std::span<float> staged, std::span<std::byte> out, std::size_t rank) const {
-    return detail::write_sparse<cpu::sparse_arrays>(out, codec, g.size(), [&](auto begin) {
+    return detail::write_sparse<sparse_arrays>(out, codec, g.size(), [&](auto begin) {
       const auto arrays = begin(st.plan_.k);
       return draw_and_gather(st, g, e, staged, arrays.index, arrays.value, rank);
     });

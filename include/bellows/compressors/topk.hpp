@@ -45,7 +45,7 @@ public:
 
   private:
     friend class topk;
-    cpu::select_plan plan_{};
+    select_plan plan_{};
     cpu::select_workspace work_;
     std::vector<float> dense_;  // sized at the first step that averages densely
   };
@@ -82,7 +82,7 @@ public:
     coll.allreduce_sum(st.dense_);
     const reduce_result r{st.dense_[n] != 0.0f ? step_status::non_finite : step_status::ok,
                           {st.dense_.size() * sizeof(float), st.dense_.size(), kept.value_or(0)}};
-    if (r.status == step_status::ok) divide_into(*this->exec_, inout, sum, static_cast<float>(coll.size()));
+    if (r.status == step_status::ok) divide(*this->exec_, inout, sum, static_cast<float>(coll.size()));
     return this->conclude(st, r);
   }
 
@@ -97,15 +97,12 @@ private:
   }
 
   [[nodiscard]] bool averages_densely(const layer_info& layer, std::size_t ranks) const {
-    const std::size_t entry = (detail::wide_indices(layer.size()) ? 8 : 4) + sizeof(float);
-    // Saturating: a product past std::size_t exceeds 4 n as well.
-    const std::size_t sparse = detail::saturating_mul(detail::saturating_mul(ranks, counts(layer).second), entry);
-    return params_.dense_switch && sparse >= detail::saturating_mul(4, layer.size());
+    return params_.dense_switch && detail::dense_is_cheaper(layer.size(), ranks, counts(layer).second);
   }
 
   void fit(state& st) const {
     const auto [k, most] = counts(st.layer);
-    const cpu::select_plan plan = cpu::plan_select(st.layer.size(), k, most);
+    const select_plan plan = plan_select(st.layer.size(), k, most);
     if (!(plan == st.plan_)) {
       st.work_.fit(plan);
       st.plan_ = plan;
@@ -120,7 +117,7 @@ private:
 
   std::span<std::byte> write(state& st, std::span<const float> g, std::span<const float> e,
                              std::span<float> staged, std::span<std::byte> out, std::size_t rank) const {
-    return detail::write_sparse<cpu::sparse_arrays>(out, codec, g.size(), [&](auto begin) {
+    return detail::write_sparse<sparse_arrays>(out, codec, g.size(), [&](auto begin) {
       return select_top(*this->exec_, st.plan_, sample_key(st, rank), g, e, staged, st.work_, begin);
     });
   }

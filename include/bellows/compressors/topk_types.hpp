@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "bellows/feedback/error_feedback.hpp"
+#include "bellows/plan/feedback.hpp"
 
 namespace bellows {
 

@@ -79,9 +79,10 @@ inline void divide(executor& exec, std::span<float> x, float d) {
   });
 }
 
-/// out[i] = x[i] / d for every element (same lengths); a copy when d is 1 (x / 1 is x).
-inline void divide_into(executor& exec, std::span<float> out, std::span<const float> x, float d) {
-  BELLOWS_EXPECTS(out.size() == x.size(), "divide_into: lengths ", out.size(), " and ", x.size());
+/// out[i] = x[i] / d for every element (same lengths; writes out, as add and subtract do); a copy
+/// when d is 1 (x / 1 is x).
+inline void divide(executor& exec, std::span<float> out, std::span<const float> x, float d) {
+  BELLOWS_EXPECTS(out.size() == x.size(), "divide: lengths ", out.size(), " and ", x.size());
   exec.for_chunks(out.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
     if (d == 1.0f) {
       std::copy(x.data() + lo, x.data() + hi, out.data() + lo);

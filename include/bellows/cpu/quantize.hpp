@@ -30,6 +30,7 @@
 #include "bellows/cpu/executor.hpp"
 #include "bellows/cpu/isa.hpp"
 #include "bellows/cpu/philox_lanes.hpp"
+#include "bellows/plan/codes.hpp"
 
 #if BELLOWS_X86_VERSIONS
 #include <immintrin.h>
@@ -37,33 +38,10 @@
 
 namespace bellows::cpu {
 
-/// How a bucket's scale is measured.
-enum class bucket_norm : unsigned char { l2, max_abs };
-
-/// The shape of a QSGD code array: n elements of `bits` bits in buckets of `bucket` elements.
-struct code_layout {
-  unsigned bits = 8;
-  std::size_t bucket = 512;
-  std::size_t n = 0;
-
-  [[nodiscard]] static constexpr bool valid_bits(unsigned b) noexcept { return b == 2 || b == 4 || b == 8; }
-  /// s: magnitude levels above zero.
-  [[nodiscard]] constexpr std::uint32_t levels() const noexcept { return (1u << (bits - 1)) - 1; }
-  [[nodiscard]] constexpr std::size_t buckets() const noexcept { return (n + bucket - 1) / bucket; }
-  [[nodiscard]] constexpr std::size_t code_bytes() const noexcept { return (n * bits + 7) / 8; }
-};
-
-/// One payload's arrays: a scale per bucket and the packed codes.
-struct code_arrays {
-  std::span<const float> scales;
-  std::span<const std::uint8_t> codes;
-};
-
 namespace detail {
 
 /// Elements per step of the quantise and dequantise loops: the words of one philox_lanes call.
 inline constexpr std::size_t code_block = philox_lane_words;
-inline constexpr float smallest_scale = 0x1p-100f;
 
 /// The scale of one bucket, as the header comment fixes it.
 [[nodiscard]] inline float bucket_scale(const float* v, std::size_t d, bucket_norm norm) noexcept {
@@ -173,7 +151,7 @@ void quantize_range(std::span<const float> in, const code_layout& layout, bucket
   for (std::size_t b = b0; b < b1; ++b) {
     const std::size_t i = b * layout.bucket, j = std::min(layout.n, i + layout.bucket);
     float scale = bucket_scale(in.data() + i, j - i, norm);
-    if (!(scale >= smallest_scale)) scale = std::isfinite(scale) ? 0.0f : scale;
+    if (!(scale >= bellows::detail::smallest_scale)) scale = std::isfinite(scale) ? 0.0f : scale;
     scales[b] = scale;
     if (scale == 0.0f || !std::isfinite(scale)) {
       zero_code_bytes<Bits>(codes, i, j);
@@ -357,16 +335,6 @@ void average_range(std::span<const code_arrays> parts, const code_layout& layout
   flush(average_tile + 1);
 }
 
-inline void check_codes(const char* what, const code_layout& layout, std::size_t values,
-                        std::size_t scales, std::size_t code_bytes) {
-  BELLOWS_EXPECTS(code_layout::valid_bits(layout.bits) && layout.bucket >= 1, what, ": bits ",
-                  layout.bits, " and bucket ", layout.bucket);
-  BELLOWS_EXPECTS(values == layout.n && scales == layout.buckets() && code_bytes == layout.code_bytes(),
-                  what, ": ", values, " values, ", scales, " scales and ", code_bytes,
-                  " code bytes for a layout of ", layout.n, ", ", layout.buckets(), " and ",
-                  layout.code_bytes());
-}
-
 }  // namespace detail
 
 /// Quantises `in` into one scale per bucket and packed codes, with u_i = to_uniform(word i of
@@ -376,7 +344,7 @@ inline void check_codes(const char* what, const code_layout& layout, std::size_t
 inline bool quantize_pack(executor& exec, std::span<const float> in, const code_layout& layout,
                           bucket_norm norm, const philox::stream& rng, std::span<float> scales,
                           std::span<std::uint8_t> codes) {
-  detail::check_codes("quantize_pack", layout, in.size(), scales.size(), codes.size());
+  bellows::detail::check_codes("quantize_pack", layout, in.size(), scales.size(), codes.size());
   BELLOWS_EXPECTS(in.size() / 4 < std::size_t{1} << 32, "quantize_pack: ", in.size(),
                   " elements overrun the 2^34-word Philox stream");
   const philox_lanes_fn draw_words = philox_lanes_for_this_cpu();
@@ -398,7 +366,7 @@ inline bool quantize_pack(executor& exec, std::span<const float> in, const code_
 inline void unpack_dequantize(executor& exec, std::span<const float> scales,
                               std::span<const std::uint8_t> codes, const code_layout& layout,
                               std::span<float> out, bool accumulate) {
-  detail::check_codes("unpack_dequantize", layout, out.size(), scales.size(), codes.size());
+  bellows::detail::check_codes("unpack_dequantize", layout, out.size(), scales.size(), codes.size());
   exec.for_chunks(layout.buckets(), detail::buckets_per_task(layout.bucket), [&](std::size_t b0, std::size_t b1) {
     const auto run = [&]<unsigned Bits>() {
       if (accumulate)
@@ -422,7 +390,7 @@ inline void average_dequantize(executor& exec, std::span<const code_arrays> part
                                std::span<float> out) {
   BELLOWS_EXPECTS(!parts.empty(), "average_dequantize: no payload to average");
   for (const code_arrays& p : parts)
-    detail::check_codes("average_dequantize", layout, out.size(), p.scales.size(), p.codes.size());
+    bellows::detail::check_codes("average_dequantize", layout, out.size(), p.scales.size(), p.codes.size());
   const detail::sum_codes8_fn sum_codes8 = detail::sum_codes8_for_this_cpu();
   exec.for_chunks(layout.buckets(), detail::buckets_per_task(layout.bucket), [&](std::size_t b0, std::size_t b1) {
     // The baseline build, as unpack_dequantize (in run_widest's AVX2 build the compiler copies a

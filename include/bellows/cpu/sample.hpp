@@ -38,45 +38,10 @@
 #include "bellows/core/philox.hpp"
 #include "bellows/cpu/executor.hpp"
 #include "bellows/cpu/sparse.hpp"
+#include "bellows/plan/sample.hpp"
+#include "bellows/plan/sparse.hpp"
 
 namespace bellows::cpu {
-
-/// The 128-bit product of two 64-bit numbers, as its high and low halves.
-struct wide_product {
-  std::uint64_t high = 0, low = 0;
-};
-BELLOWS_HD constexpr wide_product multiply_wide(std::uint64_t a, std::uint64_t b) noexcept {
-  const std::uint64_t a0 = a & 0xFFFFFFFFu, a1 = a >> 32, b0 = b & 0xFFFFFFFFu, b1 = b >> 32;
-  const std::uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
-  const std::uint64_t middle = (p00 >> 32) + (p01 & 0xFFFFFFFFu) + (p10 & 0xFFFFFFFFu);
-  return {p11 + (p01 >> 32) + (p10 >> 32) + (middle >> 32), (middle << 32) | (p00 & 0xFFFFFFFFu)};
-}
-
-/// The numbers of one draw of k of n indices (step 1 and 3 above).
-struct sample_plan {
-  std::uint64_t n = 0;
-  std::uint64_t k = 0;
-  std::uint64_t chosen = 0;    ///< j = min(k, n - k)
-  bool complement = false;     ///< k > n / 2: the chosen indices are the ones left out
-  std::uint64_t batch = 0;     ///< slots of the first round; later rounds take batch - chosen
-
-  friend bool operator==(const sample_plan&, const sample_plan&) = default;
-};
-
-/// With D = j^2 / (2n) (the expected repeats among about j proposals) and the target
-/// t = j + ceil(4 sqrt(D)) + 16 distinct indices, batch = ceil(2t / (1 + sqrt(1 - 2t / n))), the
-/// number m of proposals with m - m^2 / (2n) = t (a lower bound of the expected distinct count),
-/// capped at n; at least j + 1.
-[[nodiscard]] inline sample_plan plan_sample(std::uint64_t n, std::uint64_t k) {
-  BELLOWS_EXPECTS(k <= n, "plan_sample: ", k, " of ", n, " indices");
-  sample_plan p{n, k, std::min(k, n - k), k > n - k, 0};
-  if (p.chosen == 0) return p;
-  const double nn = static_cast<double>(n), j = static_cast<double>(p.chosen);
-  const double target = j + std::ceil(4.0 * std::sqrt(j * j / (2.0 * nn))) + 16.0;
-  const double m = 2.0 * target >= nn ? nn : std::ceil(2.0 * target / (1.0 + std::sqrt(1.0 - 2.0 * target / nn)));
-  p.batch = std::max(p.chosen + 1, std::min(n, static_cast<std::uint64_t>(m)));
-  return p;
-}
 
 /// The memory of one layer's draws: a bitmap over the indices with its count per chunk of
 /// sparse_chunk indices, and a bitmap over the ranks of S for step 4.
@@ -99,19 +64,6 @@ struct sample_workspace {
 };
 
 namespace detail {
-
-/// A uniform integer in [0, bound) from the 64-bit words at `cursor` (advanced past the words
-/// used), rejecting as step 2 does.
-BELLOWS_HD inline std::uint64_t uniform_below(const philox::stream& s, std::uint64_t& cursor,
-                                              std::uint64_t bound) noexcept {
-  const std::uint64_t reject_below = (0 - bound) % bound;
-  for (;;) {
-    const std::uint64_t u = s.word(cursor) | std::uint64_t{s.word(cursor + 1)} << 32;
-    cursor += 2;
-    const wide_product p = multiply_wide(u, bound);
-    if (p.low >= reject_below) return p.high;
-  }
-}
 
 /// Calls f(index) for every index that slots [first, last) propose (step 2), in slot order.
 template <class F>
@@ -294,7 +246,7 @@ inline void draw_sample(executor& /*exec*/, const sample_plan& plan, const philo
   // Step 4: the ranks to drop, then the members of those ranks.
   std::uint64_t cursor = std::uint64_t{1} << 33;
   for (std::uint64_t t = plan.chosen; t < distinct; ++t) {
-    std::uint64_t r = detail::uniform_below(s, cursor, t + 1);
+    std::uint64_t r = bellows::detail::uniform_below(s, cursor, t + 1);
     if ((dropped[r >> 6] >> (r & 63)) & 1u) r = t;
     dropped[r >> 6] |= std::uint64_t{1} << (r & 63);
   }

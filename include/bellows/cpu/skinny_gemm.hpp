@@ -25,6 +25,7 @@
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
 #include "bellows/cpu/isa.hpp"
+#include "bellows/plan/low_rank.hpp"
 
 #if defined(__GNUC__)
 #define BELLOWS_PREFETCH(address) __builtin_prefetch(address)
@@ -37,16 +38,6 @@ namespace bellows::cpu {
 /// Consecutive columns one step of a skinny kernel handles as independent lanes (a multiple of
 /// every vector width up to 256 bits, so the compiler can map the lanes onto registers).
 inline constexpr std::size_t lane_width = 8;
-
-/// The matrix M = g + e of PowerSGD, row-major, with e empty when there is no error memory.
-struct compensated_matrix {
-  std::span<const float> g;
-  std::span<const float> e;
-  std::size_t rows = 0;
-  std::size_t cols = 0;
-
-  [[nodiscard]] bool has_memory() const noexcept { return !e.empty(); }
-};
 
 namespace detail {
 
@@ -254,27 +245,14 @@ void reconstruct_row(float* g, float* e, const float* p, std::size_t n, const fl
   }
 }
 
-inline void check_factor(const char* what, std::size_t have, std::size_t need) {
-  BELLOWS_EXPECTS(have == need, what, ": factor of ", have, " floats where ", need, " are needed");
-}
-
-inline void check_matrix(const char* what, const compensated_matrix& M) {
-  BELLOWS_EXPECTS(M.g.size() == M.rows * M.cols && (M.e.empty() || M.e.size() == M.g.size()), what,
-                  ": a ", M.rows, " x ", M.cols, " matrix with g of ", M.g.size(), " and e of ",
-                  M.e.size(), " floats");
-}
-
 }  // namespace detail
 
 /// p = M q: p is n x r and q m x r, both column-major, r = q.size() / m. Reads M once when
 /// r <= 4 (larger ranks re-read each row from the cache, not from memory).
 inline void project_rows(executor& exec, const compensated_matrix& M, std::span<const float> q,
                          std::span<float> p) {
-  detail::check_matrix("project_rows", M);
-  if (M.rows == 0 || M.cols == 0) return;
-  const std::size_t rank = q.size() / M.cols;
-  detail::check_factor("project_rows", q.size(), rank * M.cols);
-  detail::check_factor("project_rows", p.size(), rank * M.rows);
+  const std::size_t rank = bellows::detail::checked_rank("project_rows", M, p.size(), q.size(), false);
+  if (rank == 0) return;
   exec.for_chunks(M.rows, detail::rows_per_task(M.cols), [&](std::size_t lo, std::size_t hi) {
     run_widest([&] {
       if (M.has_memory())
@@ -290,11 +268,8 @@ inline void project_rows(executor& exec, const compensated_matrix& M, std::span<
 /// tasks.
 inline void project_cols(executor& exec, const compensated_matrix& M, std::span<const float> p,
                          std::span<float> q) {
-  detail::check_matrix("project_cols", M);
-  if (M.rows == 0 || M.cols == 0) return;
-  const std::size_t rank = p.size() / M.rows;
-  detail::check_factor("project_cols", p.size(), rank * M.rows);
-  detail::check_factor("project_cols", q.size(), rank * M.cols);
+  const std::size_t rank = bellows::detail::checked_rank("project_cols", M, p.size(), q.size(), true);
+  if (rank == 0) return;
   exec.for_chunks(M.cols, detail::panel_width(rank), [&](std::size_t j0, std::size_t j1) {
     run_widest([&] {
       if (M.has_memory())
@@ -311,12 +286,9 @@ inline void reconstruct_update(executor& exec, std::span<float> g, std::span<flo
                                std::size_t rows, std::size_t cols, std::span<const float> p,
                                std::span<const float> q) {
   const compensated_matrix M{g, e, rows, cols};
-  detail::check_matrix("reconstruct_update", M);
+  const std::size_t rank = bellows::detail::checked_rank("reconstruct_update", M, p.size(), q.size(), false);
   if (rows == 0 || cols == 0) return;
-  const std::size_t rank = q.size() / cols;
   BELLOWS_EXPECTS(rank >= 1, "reconstruct_update: rank must be >= 1");
-  detail::check_factor("reconstruct_update", q.size(), rank * cols);
-  detail::check_factor("reconstruct_update", p.size(), rank * rows);
   exec.for_chunks(rows, detail::rows_per_task(cols), [&](std::size_t lo, std::size_t hi) {
     run_widest([&] {
       for (std::size_t i = lo; i < hi; ++i) {

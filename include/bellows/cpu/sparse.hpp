@@ -13,6 +13,7 @@
 #include "bellows/core/error.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
+#include "bellows/plan/sparse.hpp"
 
 #if defined(__SSE2__) || defined(_M_X64)
 #include <emmintrin.h>
@@ -23,22 +24,6 @@ namespace bellows::cpu {
 
 /// Elements per task of the sparse kernels; fixed, so results never depend on the thread count.
 inline constexpr std::size_t sparse_chunk = std::size_t{1} << 14;
-
-/// Where a sparse vector's entries go: `index[j]` and `value[j]` for j < size, indices ascending.
-template <class Index>
-struct sparse_arrays {
-  using index_type = Index;
-  std::span<Index> index;
-  std::span<float> value;
-};
-
-/// The bits of x with the sign cleared: for finite floats a and b, |a| < |b| exactly when
-/// magnitude_key(a) < magnitude_key(b) (signed zeros and denormals included); NaN and +-Inf
-/// have keys of at least non_finite_key.
-[[nodiscard]] constexpr std::uint32_t magnitude_key(float x) noexcept {
-  return std::bit_cast<std::uint32_t>(x) & 0x7FFFFFFFu;
-}
-inline constexpr std::uint32_t non_finite_key = 0x7F800000u;
 
 namespace detail {
 

@@ -126,8 +126,8 @@ inline void divide(executor& exec, std::span<float> x, float d) {
 }
 
 /// out[i] = x[i] / d (same lengths).
-inline void divide_into(executor& exec, std::span<float> out, std::span<const float> x, float d) {
-  detail::same_lengths("divide_into", out.size(), x.size());
+inline void divide(executor& exec, std::span<float> out, std::span<const float> x, float d) {
+  detail::same_lengths("divide", out.size(), x.size());
   detail::map(exec, out, detail::quotient_op{x.data(), d});
 }
 

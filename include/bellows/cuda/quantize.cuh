@@ -18,10 +18,10 @@
 
 #include "bellows/core/error.hpp"
 #include "bellows/core/philox.hpp"
-#include "bellows/cpu/quantize.hpp"
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/launch.cuh"
+#include "bellows/plan/codes.hpp"
 
 namespace bellows::cuda {
 
@@ -32,10 +32,10 @@ inline constexpr unsigned buckets_per_warp = 4;
 
 /// The scale of bucket [lo, hi) for the eight lanes 8q .. 8q + 7 of the calling warp (`lane8`
 /// = lane % 8; all 32 lanes call). Equal to cpu::detail::bucket_scale.
-__device__ inline float bucket_scale(const float* v, std::size_t lo, std::size_t hi, cpu::bucket_norm norm,
+__device__ inline float bucket_scale(const float* v, std::size_t lo, std::size_t hi, bucket_norm norm,
                                      unsigned lane8) {
   const unsigned base = threadIdx.x % 32 - lane8;
-  if (norm == cpu::bucket_norm::max_abs) {
+  if (norm == bucket_norm::max_abs) {
     std::uint32_t top = 0;
     for (std::size_t i = lo + lane8; i < hi; i += 8) top = max(top, __float_as_uint(v[i]) & 0x7FFFFFFFu);
     for (unsigned d = 1; d < 8; d *= 2) top = max(top, __shfl_xor_sync(0xFFFFFFFFu, top, d, 8));
@@ -68,7 +68,7 @@ __device__ inline std::uint32_t code_of(float v, float inv, float u, std::int32_
 }
 
 template <unsigned Bits>
-__global__ void quantize_kernel(const float* in, std::size_t n, std::size_t bucket, cpu::bucket_norm norm,
+__global__ void quantize_kernel(const float* in, std::size_t n, std::size_t bucket, bucket_norm norm,
                                 philox::stream rng, float* scales, std::uint8_t* codes, std::size_t code_bytes,
                                 unsigned* non_finite) {
   __shared__ float inv_of[quantize_threads / 32][buckets_per_warp];
@@ -84,7 +84,7 @@ __global__ void quantize_kernel(const float* in, std::size_t n, std::size_t buck
   const std::size_t lo = min(n, group_lo + q * bucket), hi = min(n, lo + bucket);
   float scale = bucket_scale(in, lo, hi, norm, lane % 8);
   const bool finite = isfinite(scale);
-  if (!(scale >= cpu::detail::smallest_scale)) scale = finite ? 0.0f : scale;
+  if (!(scale >= bellows::detail::smallest_scale)) scale = finite ? 0.0f : scale;
   if (lane % 8 == 0 && lo < hi) {
     scales[group * buckets_per_warp + q] = scale;
     if (!finite) *non_finite = 1u;
@@ -144,10 +144,10 @@ __global__ void dequantize_kernel(const float* scales, const std::uint8_t* codes
 /// cpu::quantize_pack on the device (in, scales and codes in device memory): the same scales
 /// and code bytes for the same input and stream. Instead of returning whether every scale is
 /// finite, sets *non_finite (device memory) to 1 when one is not, and leaves it otherwise.
-inline void quantize_pack(executor& exec, std::span<const float> in, const cpu::code_layout& layout,
-                          cpu::bucket_norm norm, const philox::stream& rng, std::span<float> scales,
+inline void quantize_pack(executor& exec, std::span<const float> in, const code_layout& layout,
+                          bucket_norm norm, const philox::stream& rng, std::span<float> scales,
                           std::span<std::uint8_t> codes, unsigned* non_finite) {
-  cpu::detail::check_codes("cuda::quantize_pack", layout, in.size(), scales.size(), codes.size());
+  bellows::detail::check_codes("cuda::quantize_pack", layout, in.size(), scales.size(), codes.size());
   BELLOWS_EXPECTS(in.size() / 4 < std::size_t{1} << 32, "cuda::quantize_pack: ", in.size(),
                   " elements overrun the 2^34-word Philox stream");
   if (in.empty()) return;
@@ -167,8 +167,8 @@ inline void quantize_pack(executor& exec, std::span<const float> in, const cpu::
 /// cpu::unpack_dequantize on the device: out[i] = value_i, or out[i] += value_i when
 /// `accumulate` (the decode of each rank's payload into one sum), bit for bit as on the CPU.
 inline void unpack_dequantize(executor& exec, std::span<const float> scales, std::span<const std::uint8_t> codes,
-                              const cpu::code_layout& layout, std::span<float> out, bool accumulate) {
-  cpu::detail::check_codes("cuda::unpack_dequantize", layout, out.size(), scales.size(), codes.size());
+                              const code_layout& layout, std::span<float> out, bool accumulate) {
+  bellows::detail::check_codes("cuda::unpack_dequantize", layout, out.size(), scales.size(), codes.size());
   if (out.empty()) return;
   std::size_t blocks = (out.size() + 255) / 256;
   if (blocks > 4096) blocks = 4096;

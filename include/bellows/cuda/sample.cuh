@@ -27,11 +27,11 @@
 
 #include "bellows/core/error.hpp"
 #include "bellows/core/philox.hpp"
-#include "bellows/cpu/sample.hpp"
-#include "bellows/cpu/sparse.hpp"
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/launch.cuh"
+#include "bellows/plan/sample.hpp"
+#include "bellows/plan/sparse.hpp"
 
 namespace bellows::cuda {
 
@@ -50,7 +50,7 @@ struct sample_workspace {
 
   sample_workspace() = default;
   /// Carves the pieces for `plan` from `a` (from executor::workspace()).
-  sample_workspace(const cpu::sample_plan& plan, arena a) {
+  sample_workspace(const sample_plan& plan, arena a) {
     BELLOWS_EXPECTS(plan.n <= 0xFFFFFFFFu, "cuda::sample_workspace: ", plan.n,
                     " elements; the CUDA draw supports layers of fewer than 2^32");
     const std::size_t words = word_count(plan);
@@ -67,9 +67,9 @@ struct sample_workspace {
   }
 
   /// Device bytes a draw of `plan` needs (reserve them in the executor at registration).
-  [[nodiscard]] static std::size_t bytes(const cpu::sample_plan& plan) { return sample_workspace(plan, arena()).used; }
+  [[nodiscard]] static std::size_t bytes(const sample_plan& plan) { return sample_workspace(plan, arena()).used; }
 
-  [[nodiscard]] static std::size_t word_count(const cpu::sample_plan& plan) noexcept {
+  [[nodiscard]] static std::size_t word_count(const sample_plan& plan) noexcept {
     return static_cast<std::size_t>((plan.n + 31) / 32);
   }
 
@@ -105,7 +105,7 @@ __global__ void propose_kernel(Stream s, std::uint32_t n, std::uint64_t first, s
 
 /// Step 3's further rounds and step 4's drops, in one block (see the top of the file).
 template <class Stream>
-__global__ void finish_kernel(Stream s, cpu::sample_plan plan, std::uint32_t* bits, std::uint32_t* dropped,
+__global__ void finish_kernel(Stream s, sample_plan plan, std::uint32_t* bits, std::uint32_t* dropped,
                               std::uint32_t* distinct) {
   __shared__ std::uint32_t have, added;
   const auto n = static_cast<std::uint32_t>(plan.n);
@@ -133,7 +133,7 @@ __global__ void finish_kernel(Stream s, cpu::sample_plan plan, std::uint32_t* bi
   if (threadIdx.x != 0) return;
   std::uint64_t cursor = std::uint64_t{1} << 33;
   for (std::uint64_t t = plan.chosen; t < have; ++t) {
-    std::uint64_t r = cpu::detail::uniform_below(s, cursor, t + 1);
+    std::uint64_t r = bellows::detail::uniform_below(s, cursor, t + 1);
     if ((dropped[r / 32] >> (r % 32)) & 1u) r = t;
     dropped[r / 32] |= 1u << (r % 32);
   }
@@ -199,7 +199,7 @@ __global__ void gather_kernel(const Word* bits, const std::uint32_t* first, std:
 }  // namespace detail
 
 /// Steps 2 to 4 (see cpu/sample.hpp): leaves the chosen set in `ws`, for gather_sample.
-inline void draw_sample(executor& exec, const cpu::sample_plan& plan, const philox::stream& s,
+inline void draw_sample(executor& exec, const sample_plan& plan, const philox::stream& s,
                         sample_workspace& ws) {
   cudaStream_t st = exec.stream();
   BELLOWS_CUDA_CHECK(cudaMemsetAsync(ws.non_finite, 0, sizeof(unsigned), st));  // an empty layer too
@@ -230,9 +230,9 @@ inline void draw_sample(executor& exec, const cpu::sample_plan& plan, const phil
 /// `staged` receives v with zeros at the kept indices. All spans are device memory. Instead of
 /// returning false, sets *ws.non_finite to 1 when an element of v is NaN or +-Inf (the caller
 /// reads it when it next synchronises).
-inline void gather_sample(executor& exec, const cpu::sample_plan& plan, sample_workspace& ws,
+inline void gather_sample(executor& exec, const sample_plan& plan, sample_workspace& ws,
                           std::span<const float> g, std::span<const float> e, std::span<float> staged,
-                          cpu::sparse_arrays<std::uint32_t> out, float scale = 1.0f) {
+                          sparse_arrays<std::uint32_t> out, float scale = 1.0f) {
   const std::size_t n = g.size();
   const bool compensate = !e.empty();
   BELLOWS_EXPECTS(n == plan.n && out.index.size() == plan.k && out.value.size() == plan.k &&

@@ -5,7 +5,7 @@
 //
 // The device steps, all enqueued on the executor's stream with no synchronisation (the
 // threshold never leaves the device):
-//  1. Three histogram passes over the magnitude keys (cpu::magnitude_key; bits 30-20, 19-9 and
+//  1. Three histogram passes over the magnitude keys (magnitude_key; bits 30-20, 19-9 and
 //     8-0), each restricted to the bin the one before chose; after each, one block finds the
 //     bin that holds the k-th largest key. The last gives the key T, how many elements above T
 //     are kept, and how many of the elements equal to T (`ties`) are.
@@ -31,11 +31,11 @@
 #include <span>
 
 #include "bellows/core/error.hpp"
-#include "bellows/cpu/select.hpp"
-#include "bellows/cpu/sparse.hpp"
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/launch.cuh"
+#include "bellows/plan/select.hpp"
+#include "bellows/plan/sparse.hpp"
 
 namespace bellows::cuda {
 
@@ -90,7 +90,7 @@ __global__ void radix_histogram_kernel(const Float* g, const Float* e, std::size
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
     const std::uint32_t key = key_of(compensated(g, e, i));
-    bad |= key >= cpu::non_finite_key;
+    bad |= key >= non_finite_key;
     if (pass == 0 || key >> match_shift == prefix) atomicAdd(&local[(key >> p.shift) & mask], 1u);
   }
   __syncthreads();
@@ -222,7 +222,7 @@ struct select_workspace {
 
   select_workspace() = default;
   /// Carves the pieces for `plan` (exact mode) from `a` (from executor::workspace()).
-  select_workspace(const cpu::select_plan& plan, arena a) {
+  select_workspace(const select_plan& plan, arena a) {
     BELLOWS_EXPECTS(plan.n < std::size_t{1} << 31 && plan.max_count == plan.k, "cuda::select_workspace: ",
                     plan.n, " elements, ", plan.k, " to ", plan.max_count,
                     " kept; the device selects exactly k of fewer than 2^31");
@@ -239,7 +239,7 @@ struct select_workspace {
   }
 
   /// Device bytes a selection of `plan` needs (reserve them in the executor at registration).
-  [[nodiscard]] static std::size_t bytes(const cpu::select_plan& plan) { return select_workspace(plan, arena()).used; }
+  [[nodiscard]] static std::size_t bytes(const select_plan& plan) { return select_workspace(plan, arena()).used; }
 };
 
 /// cpu::select_top in exact mode on the device: out (k = plan.k entries, device memory)
@@ -247,9 +247,9 @@ struct select_workspace {
 /// when `e` is not empty; with `e`, `staged` receives v with zeros at the kept indices. Instead
 /// of returning false, sets *ws.non_finite to 1 when an element of v is NaN or +-Inf (the
 /// output is then unspecified).
-inline void select_top(executor& exec, const cpu::select_plan& plan, std::span<const float> g,
+inline void select_top(executor& exec, const select_plan& plan, std::span<const float> g,
                        std::span<const float> e, std::span<float> staged, select_workspace& ws,
-                       cpu::sparse_arrays<std::uint32_t> out) {
+                       sparse_arrays<std::uint32_t> out) {
   const std::size_t n = g.size();
   const bool compensate = !e.empty();
   BELLOWS_EXPECTS(n == plan.n && out.index.size() == plan.k && out.value.size() == plan.k &&

@@ -2,7 +2,7 @@
 // PowerSGD's products on the device, under the names and arguments of cpu/skinny_gemm.hpp (the
 // CUDA executor, spans over device memory): P = M Q, Q = M^T P, and the reconstruction P Q^T
 // fused with the error update. M = g + e (or g alone) is formed as it is read, never stored;
-// cpu::compensated_matrix is only a view of sizes and pointers here, its spans device memory.
+// compensated_matrix is only a view of sizes and pointers here, its spans device memory.
 //
 // Every kernel streams M with 16-byte loads where the rows and factor columns allow it (m a
 // multiple of four, 16-byte aligned pointers; otherwise one float at a time), and reads each
@@ -43,7 +43,7 @@
 // code alone.
 #pragma nv_diagnostic push
 #pragma nv_diag_suppress 1675
-#include "bellows/cpu/skinny_gemm.hpp"
+#include "bellows/plan/low_rank.hpp"
 #pragma nv_diagnostic pop
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/elementwise.cuh"
@@ -332,7 +332,7 @@ void with_rank_and_width(std::size_t k, unsigned v, const Launch& launch) {
   return tiles > 1 ? a.take<float>(tiles * rank * cols) : nullptr;
 }
 
-[[nodiscard]] inline const float* memory_of(const cpu::compensated_matrix& M) noexcept {
+[[nodiscard]] inline const float* memory_of(const compensated_matrix& M) noexcept {
   return M.has_memory() ? M.e.data() : nullptr;
 }
 
@@ -348,13 +348,11 @@ void with_rank_and_width(std::size_t k, unsigned v, const Launch& launch) {
 
 /// cpu::project_rows on the device: p = M q, p n x r and q m x r column-major, r = q.size() / m.
 /// Reads M once when r <= 4.
-inline void project_rows(executor& exec, const cpu::compensated_matrix& M, std::span<const float> q,
+inline void project_rows(executor& exec, const compensated_matrix& M, std::span<const float> q,
                          std::span<float> p) {
-  cpu::detail::check_matrix("cuda::project_rows", M);
-  if (M.rows == 0 || M.cols == 0) return;
-  const std::size_t n = M.rows, m = M.cols, rank = q.size() / m;
-  cpu::detail::check_factor("cuda::project_rows", q.size(), rank * m);
-  cpu::detail::check_factor("cuda::project_rows", p.size(), rank * n);
+  const std::size_t rank = bellows::detail::checked_rank("cuda::project_rows", M, p.size(), q.size(), false);
+  if (rank == 0) return;
+  const std::size_t n = M.rows, m = M.cols;
   const float* e = detail::memory_of(M);
   const unsigned v = detail::vector_width(m, {M.g.data(), e, q.data()});
   const unsigned tx = detail::threads_along(m / v);
@@ -372,14 +370,11 @@ inline void project_rows(executor& exec, const cpu::compensated_matrix& M, std::
 /// cpu::project_cols on the device: q = M^T p, q m x r and p n x r column-major, r = p.size() / n.
 /// Reads M once when r <= 4. Needs project_cols_workspace_bytes(n, m, r) of the executor's
 /// workspace.
-inline void project_cols(executor& exec, const cpu::compensated_matrix& M, std::span<const float> p,
+inline void project_cols(executor& exec, const compensated_matrix& M, std::span<const float> p,
                          std::span<float> q) {
-  cpu::detail::check_matrix("cuda::project_cols", M);
-  if (M.rows == 0 || M.cols == 0) return;
-  const std::size_t n = M.rows, m = M.cols, rank = p.size() / n;
-  cpu::detail::check_factor("cuda::project_cols", p.size(), rank * n);
-  cpu::detail::check_factor("cuda::project_cols", q.size(), rank * m);
+  const std::size_t rank = bellows::detail::checked_rank("cuda::project_cols", M, p.size(), q.size(), true);
   if (rank == 0) return;
+  const std::size_t n = M.rows, m = M.cols;
   const std::size_t need = project_cols_workspace_bytes(n, m, rank);
   BELLOWS_EXPECTS(need <= exec.workspace_bytes(), "cuda::project_cols: the workspace holds ", exec.workspace_bytes(),
                   " bytes, a ", n, " x ", m, " matrix at rank ", rank,
@@ -408,13 +403,10 @@ inline void project_cols(executor& exec, const cpu::compensated_matrix& M, std::
 /// columns each), then e = (g + e) - out when e is not empty, and g = out.
 inline void reconstruct_update(executor& exec, std::span<float> g, std::span<float> e, std::size_t rows,
                                std::size_t cols, std::span<const float> p, std::span<const float> q) {
-  const cpu::compensated_matrix M{g, e, rows, cols};
-  cpu::detail::check_matrix("cuda::reconstruct_update", M);
+  const compensated_matrix M{g, e, rows, cols};
+  const std::size_t rank = bellows::detail::checked_rank("cuda::reconstruct_update", M, p.size(), q.size(), false);
   if (rows == 0 || cols == 0) return;
-  const std::size_t rank = q.size() / cols;
   BELLOWS_EXPECTS(rank >= 1, "cuda::reconstruct_update: rank must be >= 1");
-  cpu::detail::check_factor("cuda::reconstruct_update", q.size(), rank * cols);
-  cpu::detail::check_factor("cuda::reconstruct_update", p.size(), rank * rows);
   float* e_data = e.empty() ? nullptr : e.data();
   const unsigned v = detail::vector_width(cols, {g.data(), e_data, q.data()});
   const unsigned tx = detail::threads_along(cols / v);

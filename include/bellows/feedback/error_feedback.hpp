@@ -18,23 +18,9 @@
 #include "bellows/core/shape.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
+#include "bellows/plan/feedback.hpp"
 
 namespace bellows {
-
-enum class feedback : unsigned char {
-  none,      ///< no memory
-  residual,  ///< e = m - contribution, in gradient units
-  scaled,    ///< the same, rescaled by lr_old / lr_new when the learning rate changes (Mem-SGD's units)
-};
-
-[[nodiscard]] constexpr std::string_view to_string(feedback f) noexcept {
-  switch (f) {
-    case feedback::none: return "none";
-    case feedback::residual: return "residual";
-    case feedback::scaled: return "scaled";
-  }
-  return "unknown";
-}
 
 /// One layer's error memory: n floats (none for `feedback::none`), zero at the start.
 class error_memory {

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "bellows/concepts.hpp"
 #include "bellows/core/error.hpp"
+#include "bellows/plan/regime.hpp"
 
 namespace bellows {
 

@@ -3,10 +3,10 @@
 // step runs each layer's gradient through the compressor of its current level and the user's
 // collective, feeds the regime detector, and per epoch asks the detector for the next levels.
 //
-// Levels. The synchronizer holds two instances of one compressor type, `low` (used in critical
-// regimes: rank 4, ratio 0.99, 8 bits, ...) and `high` (elsewhere), and one state per layer that
-// both instances run on, so a layer that changes level keeps its error memory (and, for
-// PowerSGD, the shared columns of its query). With level_change::reset a layer that changes
+// Levels. The synchronizer holds two instances of one compressor type, `critical` (the low
+// compression level of critical regimes: rank 4, ratio 0.99, 8 bits, ...) and `normal` (the high
+// compression level, elsewhere), and one state per layer that both instances run on, so a layer
+// that changes level keeps its error memory (and, for PowerSGD, the shared columns of its query). With level_change::reset a layer that changes
 // level starts from the fresh state of its new level instead (memory zero, PowerSGD's query the
 // first draw), as the Accordion authors' code does when it builds a new reducer; only the step
 // counter carries over, so random streams keyed by it do not repeat. A static baseline is the
@@ -75,9 +75,10 @@ public:
   using compressor_type = C;
   using state_type = typename C::state;
 
-  /// `low` serves critical layers, `high` the others; `detector` decides which is which.
-  synchronizer(C low, C high, D detector, Exec& exec = Exec::shared())
-      : low_(std::move(low)), high_(std::move(high)), detector_(std::move(detector)), exec_(&exec) {}
+  /// `critical` serves the layers in a critical regime (the low compression level), `normal` the
+  /// others (the high level); `detector` decides which is which.
+  synchronizer(C critical, C normal, D detector, Exec& exec = Exec::shared())
+      : critical_(std::move(critical)), normal_(std::move(normal)), detector_(std::move(detector)), exec_(&exec) {}
 
   /// Registers the next layer and returns its id (0, 1, 2, ... in call order). Every rank
   /// registers the same layers in the same order; the first step checks that and raises if not.
@@ -86,10 +87,10 @@ public:
                     "' registered after training started; register every layer first");
     const auto id = static_cast<std::uint32_t>(layers_.size());
     const layer_info info{id, std::move(name), shp};
-    state_type st = low_.make_state(info);
-    (void)high_.make_state(info);  // validates the high level's configuration for this layer
+    state_type st = critical_.make_state(info);
+    (void)normal_.make_state(info);  // validates the normal level's configuration for this layer
     bool participates = true;
-    if constexpr (SelectiveCompressor<C>) participates = low_.compresses(st);
+    if constexpr (SelectiveCompressor<C>) participates = critical_.compresses(st);
     detector_.add_layer(info, participates ? participation::included : participation::excluded);
     layer_telemetry t{info.name, shp, participates, regime::critical, step_status::ok, 0, 0, {}, {}};
     t.level = detector_.regimes()[id];
@@ -127,7 +128,7 @@ public:
             (void)detector_.observe(id, grads[id]);
         }
         if (measure_norms_) t.grad_norm = norm(grads[id]);
-        C& c = t.level == regime::critical ? low_ : high_;
+        C& c = t.level == regime::critical ? critical_ : normal_;
         const reduce_result r = c.reduce(states_[id], grads[id], coll);
         statuses_[id] = r.status;
         t.sent += r.sent;
@@ -148,7 +149,7 @@ public:
       layer_telemetry& t = telemetry_[id];
       if (level_change_ == level_change::reset && t.participates && next[id] != t.level) {
         // Allocates, once per switch at an epoch's end.
-        state_type fresh = (next[id] == regime::critical ? low_ : high_).make_state(layers_[id]);
+        state_type fresh = (next[id] == regime::critical ? critical_ : normal_).make_state(layers_[id]);
         fresh.step = states_[id].step;
         states_[id] = std::move(fresh);
       }
@@ -197,7 +198,7 @@ public:
       w.put(t.steps);
       w.put(t.skipped);
       w.put(t.sent);
-      low_.save(states_[id], w);
+      critical_.save(states_[id], w);
     }
     detector_.save(w);
     return {w.bytes().begin(), w.bytes().end()};
@@ -250,7 +251,7 @@ public:
       t.steps = r.get<std::uint64_t>("layer steps");
       t.skipped = r.get<std::uint64_t>("layer skipped steps");
       t.sent = r.get<traffic>("layer traffic");
-      low_.load(states[id], r);
+      critical_.load(states[id], r);
     }
     detector.load(r);
     r.finish();
@@ -330,7 +331,7 @@ private:
     return h;
   }
 
-  C low_, high_;
+  C critical_, normal_;  // the compressors of regime::critical and regime::normal
   D detector_;
   Exec* exec_;
   std::vector<layer_info> layers_;

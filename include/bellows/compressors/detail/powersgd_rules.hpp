@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What PowerSGD is on every backend: its checked parameters, the effective rank of a layer, the
 // sizes a rank must keep within, and the checkpoint record with its complete validation. The
-// CPU compressor (compressors/powersgd.hpp) and the device one (cuda/powersgd.cuh) both build on it.
+// CPU compressor (compressors/powersgd.hpp) and the device one (compressors/powersgd.cuh) both build on it.
 #pragma once
 
 #include <algorithm>
@@ -9,12 +9,15 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "bellows/compressors/powersgd_types.hpp"
+#include "bellows/concepts.hpp"
 #include "bellows/core/checked.hpp"
 #include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
+#include "bellows/core/philox.hpp"
 #include "bellows/core/shape.hpp"
 
 namespace bellows::detail {
@@ -93,5 +96,92 @@ inline void write_powersgd_record(checkpoint_writer& out, std::uint64_t rank, st
   in.get_finite_array(std::span<float>(rec.query), "powersgd query");
   return rec;
 }
+
+/// The part of a PowerSGD layer's state that every backend keeps alike.
+struct powersgd_layer {
+  layer_info layer;
+  std::uint64_t step = 0;
+  std::size_t rows = 0;  ///< n
+  std::size_t cols = 0;  ///< m
+  std::size_t rank = 0;  ///< r' of a compressed layer; 0 for a layer left uncompressed
+
+  [[nodiscard]] bool compressed() const noexcept { return rank != 0; }
+};
+
+/// What the CPU and device compressors (powersgd<Exec>) share beyond the step itself: the checked
+/// parameters, the effective rank, the way a layer is exchanged, rank changes and the query's
+/// stream. Derived (CRTP) provides resize(state&, r') for its buffers.
+template <class Derived, class Exec>
+class powersgd_common {
+public:
+  powersgd_common(const powersgd_params& params, Exec& exec) : params_(params), exec_(&exec) {
+    check_powersgd_params(params);
+  }
+
+  [[nodiscard]] const powersgd_params& params() const noexcept { return params_; }
+
+  /// r' for a layer at rank r, or 0 when the layer is not worth compressing at that rank.
+  [[nodiscard]] std::size_t effective_rank(const layer_info& layer, std::size_t rank) const noexcept {
+    return powersgd_effective_rank(params_, layer, rank);
+  }
+
+  /// How the compressor exchanges a compressed layer; see aggregation(state) for one layer.
+  [[nodiscard]] bellows::aggregation aggregation() const noexcept {
+    return bellows::aggregation::allreduce_two_round;
+  }
+  /// How this layer is exchanged: two allreduces when compressed, else one.
+  [[nodiscard]] bellows::aggregation aggregation(const powersgd_layer& st) const noexcept {
+    return st.compressed() ? bellows::aggregation::allreduce_two_round : bellows::aggregation::allreduce;
+  }
+
+  /// Whether this layer is compressed at the state's current rank.
+  [[nodiscard]] bool compresses(const powersgd_layer& st) const noexcept { return st.compressed(); }
+
+  /// Sets a layer's rank (reduce does this itself when the compressor's rank differs from the
+  /// state's, as when Accordion switches a layer between two instances): keeps e and the first
+  /// min(r'_old, r'_new) columns of Q, and draws the others as the first draw would have. A
+  /// layer that the new rank leaves uncompressed keeps Q for later and sends its memory with its
+  /// next gradient. Allocates (on the device, waits for the stream); not for the steady state.
+  template <class State>
+  void set_rank(State& st, std::size_t rank) const {
+    BELLOWS_EXPECTS(rank >= 1, "powersgd: layer '", st.layer.name, "': rank must be >= 1, got ", rank);
+    derived().resize(st, effective_rank(st.layer, rank));
+  }
+
+  /// A layer's state, sized for the compressor's rank.
+  [[nodiscard]] auto make_state(const layer_info& layer) const {
+    typename Derived::state st;
+    st.layer = layer;
+    st.rows = layer.shape.rows();
+    st.cols = layer.shape.cols();
+    derived().resize(st, effective_rank(layer, params_.rank));
+    return st;
+  }
+
+protected:
+  /// Resizes the state when this compressor's rank gives the layer another r' than the state's.
+  template <class State>
+  void follow_rank(State& st) const {
+    if (const std::size_t r = effective_rank(st.layer, params_.rank); r != st.rank) derived().resize(st, r);
+  }
+
+  /// After a step every rank found finite: this step's query becomes the one kept.
+  template <class State>
+  static void commit(State& st) noexcept {
+    std::swap(st.query, st.next);
+    ++st.step;
+  }
+
+  /// The stream of the query drawn at `step`: element i of column j is its normal number j m + i.
+  [[nodiscard]] philox::stream query_stream(const powersgd_layer& st, std::uint64_t step) const noexcept {
+    return {params_.seed, static_cast<std::uint32_t>(step), st.layer.id, philox::stream::shared};
+  }
+
+  powersgd_params params_;
+  Exec* exec_;
+
+private:
+  [[nodiscard]] const Derived& derived() const noexcept { return static_cast<const Derived&>(*this); }
+};
 
 }  // namespace bellows::detail

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What QSGD is on every backend: its checked parameters, a layer's code layout, the payload
 // (header, scales, codes, padding) with its complete validation, and the Philox stream of a step.
-// The CPU compressor (compressors/qsgd.hpp) and the device one (cuda/qsgd.cuh) both build on it.
+// The CPU compressor (compressors/qsgd.hpp) and the device one (compressors/qsgd.cuh) both build on it.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +24,7 @@ class qsgd_format {
 public:
   /// Raises bellows::error for bits other than 2, 4, 8, a bucket outside [1, 2^24) or an unknown norm.
   explicit qsgd_format(const qsgd_params& params) : params_(params) {
-    BELLOWS_EXPECTS(cpu::code_layout::valid_bits(params.bits), "qsgd: bits must be 2, 4 or 8, got ", params.bits);
+    BELLOWS_EXPECTS(code_layout::valid_bits(params.bits), "qsgd: bits must be 2, 4 or 8, got ", params.bits);
     BELLOWS_EXPECTS(params.bucket >= 1 && params.bucket < (std::size_t{1} << 24),
                     "qsgd: bucket must be in [1, 2^24), got ", params.bucket);
     BELLOWS_EXPECTS(params.norm == qsgd_norm::l2 || params.norm == qsgd_norm::max_abs, "qsgd: unknown norm ",
@@ -45,7 +45,7 @@ public:
                     layer.size(), " elements, the buffer ", n);
   }
 
-  [[nodiscard]] cpu::code_layout layout(std::size_t n) const noexcept { return {params_.bits, params_.bucket, n}; }
+  [[nodiscard]] code_layout layout(std::size_t n) const noexcept { return {params_.bits, params_.bucket, n}; }
   /// The header's param field: bits | bucket << 8.
   [[nodiscard]] std::uint32_t param() const noexcept {
     return params_.bits | static_cast<std::uint32_t>(params_.bucket << 8);
@@ -57,7 +57,7 @@ public:
   }
   /// Bytes of a payload for n elements: every payload of a layer has this size.
   [[nodiscard]] std::size_t payload_bytes(std::size_t n) const {
-    const cpu::code_layout l = layout(n);
+    const code_layout l = layout(n);
     return wire::payload_bytes(wire::array_end<std::uint8_t>(wire::array_end<float>(0, l.buckets()), l.code_bytes()));
   }
   /// The header of a payload for n elements from finite input.
@@ -85,7 +85,7 @@ public:
   /// sizes, padding, the unused bits of the last code byte, and, unless flagged, every scale
   /// finite and >= 0); raises wire_error naming what is wrong. Returns its reader.
   [[nodiscard]] wire::reader check(const layer_info& layer, std::span<const std::byte> payload) const {
-    const cpu::code_layout l = layout(layer.size());
+    const code_layout l = layout(layer.size());
     wire::reader r(payload, wire::codec::qsgd);
     const wire::header& h = r.head();
     if (h.n != l.n || h.count != l.buckets() || h.param != param() || (h.flags & wire::flag::index64))

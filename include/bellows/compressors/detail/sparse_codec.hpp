@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "bellows/compressors/detail/gather_average.hpp"
+#include "bellows/compressors/detail/step_record.hpp"
 #include "bellows/concepts.hpp"
+#include "bellows/core/checked.hpp"
 #include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
 #include "bellows/core/gather_buffer.hpp"
@@ -51,6 +53,15 @@ namespace bellows::detail {
 
 /// Sparse payloads carry 64-bit indices for layers of 2^32 elements or more.
 [[nodiscard]] constexpr bool wide_indices(std::uint64_t n) noexcept { return (n >> 32) != 0; }
+
+/// Top-k's dense switch (docs/spec.md#top-k), on every backend: one allreduce of the n sums
+/// replaces the allgather when the allgather would move at least as many bytes,
+/// W * most * (index + value bytes) >= 4 n, with `most` the entries a payload may hold.
+/// Saturating: a product past std::size_t exceeds 4 n as well.
+[[nodiscard]] inline bool dense_is_cheaper(std::size_t n, std::size_t ranks, std::size_t most) noexcept {
+  const std::size_t entry = (wide_indices(n) ? 8 : 4) + sizeof(float);
+  return saturating_mul(saturating_mul(ranks, most), entry) >= saturating_mul(4, n);
+}
 
 /// Bytes of a sparse payload of `count` entries for a layer of n elements; bellows::error when
 /// that does not fit std::size_t.
@@ -282,15 +293,14 @@ public:
   template <class State>
     requires state_of<State, Derived>
   void save(const State& st, checkpoint_writer& out) const {
-    out.put(st.step);
-    out.put_array(std::span<const float>(st.memory.values()));
+    write_step_record(out, st.step, st.memory.values());
   }
   template <class State>
     requires state_of<State, Derived>
   void load(State& st, checkpoint_reader& in) const {
-    const auto step = in.get<std::uint64_t>(Derived::name);
-    in.get_finite_array(st.memory.values(), Derived::name);
-    st.step = step;
+    const step_record rec = read_step_record(in, st.memory.values().size(), Derived::name, Derived::name);
+    std::ranges::copy(rec.memory, st.memory.values().begin());
+    st.step = rec.step;
     st.pending_ = false;
   }
 

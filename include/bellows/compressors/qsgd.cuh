@@ -31,11 +31,11 @@
 #include "bellows/core/wire.hpp"
 #include "bellows/cuda/buffer.cuh"
 #include "bellows/cuda/check.cuh"
-#include "bellows/cuda/checkpoint.cuh"
+#include "bellows/cuda/transfer.cuh"
 #include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/launch.cuh"
-#include "bellows/cuda/layer_step.cuh"
+#include "bellows/compressors/detail/device_state.cuh"
 #include "bellows/cuda/payload_slots.cuh"
 #include "bellows/cuda/quantize.cuh"
 
@@ -134,7 +134,7 @@ public:
     detail::qsgd_format::check_layer(layer);
     state st;
     st.layer = layer;
-    st.memory = cuda::zero_memory(params().feedback, layer.size(), *exec_);
+    st.memory = detail::zero_memory(params().feedback, layer.size(), *exec_);
     st.compensated = cuda::device_buffer<float>(st.memory.size());
     return st;
   }
@@ -144,10 +144,10 @@ public:
   /// the average and the memory's update are still running when it returns.
   template <DeviceCollective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    cuda::check_step("qsgd", st.layer, inout.size(), coll.stream(), *exec_);
-    cuda::check_memory("qsgd", st.layer, st.memory, params().feedback);
+    detail::check_step("qsgd", st.layer, inout.size(), coll.stream(), *exec_);
+    detail::check_memory("qsgd", st.layer, st.memory, params().feedback);
     const std::size_t n = st.layer.size(), ranks = coll.size(), rank = coll.rank();
-    const cpu::code_layout l = format_.layout(n);
+    const code_layout l = format_.layout(n);
     const std::size_t bytes = format_.payload_bytes(n), codes_at = format_.codes_offset(n);
     const cudaStream_t stream = exec_->stream();
     cuda::payload_slots& slots = st.slots;
@@ -198,11 +198,11 @@ public:
   /// The CPU compressor's checkpoint record (step counter, then the error memory): either
   /// backend reads what the other wrote. Both wait for the executor's stream.
   void save(const state& st, checkpoint_writer& out) const {
-    cuda::save_step_and_memory(*exec_, st.step, st.memory, out);
+    detail::save_step_record(*exec_, st.step, st.memory, out);
   }
   /// Reads what save wrote for the same layer and configuration; checks before it changes anything.
   void load(state& st, checkpoint_reader& in) const {
-    cuda::load_step_and_memory(*exec_, st.step, st.memory, in, "qsgd step", "qsgd error memory");
+    detail::load_step_record(*exec_, st.step, st.memory, in, "qsgd step", "qsgd error memory");
   }
 
 private:

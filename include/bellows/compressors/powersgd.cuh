@@ -42,12 +42,12 @@
 #include "bellows/core/traffic.hpp"
 #include "bellows/cuda/buffer.cuh"
 #include "bellows/cuda/check.cuh"
-#include "bellows/cuda/checkpoint.cuh"
+#include "bellows/cuda/transfer.cuh"
 #include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/gram_schmidt.cuh"
 #include "bellows/cuda/launch.cuh"
-#include "bellows/cuda/layer_step.cuh"
+#include "bellows/compressors/detail/device_state.cuh"
 #include "bellows/cuda/normals.cuh"
 #include "bellows/cuda/skinny_gemm.cuh"
 
@@ -81,16 +81,14 @@ __global__ void vote_kernel(const float* vote, unsigned* flag) {
 namespace bellows {
 
 template <>
-class powersgd<cuda::executor> {
+class powersgd<cuda::executor> : public detail::powersgd_common<powersgd<cuda::executor>, cuda::executor> {
+  using base = detail::powersgd_common<powersgd<cuda::executor>, cuda::executor>;
+  friend base;
+
 public:
-  /// One layer: its sizes, rank and step counter; in device memory the error memory e, the
-  /// query Q, this step's Q, the allreduce buffer and the non-finite word.
-  struct state {
-    layer_info layer;
-    std::uint64_t step = 0;
-    std::size_t rows = 0;                 ///< n
-    std::size_t cols = 0;                 ///< m
-    std::size_t rank = 0;                 ///< r' of a compressed layer; 0 for a layer left uncompressed
+  /// One layer: sizes, rank and step counter (powersgd_layer); in device memory the error memory
+  /// e, the query Q, this step's Q, the allreduce buffer and the non-finite word.
+  struct state : detail::powersgd_layer {
     cuda::device_buffer<float> memory;    ///< e (n x m), once compressed with feedback on; else empty
     cuda::device_buffer<float> query;     ///< Q, m x (columns held) column-major, kept between steps
     cuda::device_buffer<float> next;      ///< this step's Q, swapped into `query` on commit
@@ -98,43 +96,12 @@ public:
     cuda::device_buffer<unsigned> flag;   ///< set on the device when something is not finite
     unsigned verdict = 0;                 ///< the flag, read back
     float votes = 0.0f;                   ///< dense: the verdict summed over ranks, read back
-
-    [[nodiscard]] bool compressed() const noexcept { return rank != 0; }
   };
 
   static constexpr const char* name = "powersgd";
 
   explicit powersgd(const powersgd_params& params = {}, cuda::executor& exec = cuda::executor::shared())
-      : params_(params), exec_(&exec) {
-    detail::check_powersgd_params(params);
-  }
-
-  [[nodiscard]] const powersgd_params& params() const noexcept { return params_; }
-
-  /// r' for a layer at rank r, or 0 when the layer is not worth compressing (as on the CPU).
-  [[nodiscard]] std::size_t effective_rank(const layer_info& layer, std::size_t rank) const noexcept {
-    return detail::powersgd_effective_rank(params_, layer, rank);
-  }
-
-  /// Sizes the state in device memory (the query drawn on the device) and reserves the
-  /// executor's workspace for project_cols.
-  [[nodiscard]] state make_state(const layer_info& layer) const {
-    state st;
-    st.layer = layer;
-    st.rows = layer.shape.rows();
-    st.cols = layer.shape.cols();
-    st.flag = cuda::device_buffer<unsigned>(1);
-    resize(st, effective_rank(layer, params_.rank));
-    return st;
-  }
-
-  [[nodiscard]] bellows::aggregation aggregation() const noexcept {
-    return bellows::aggregation::allreduce_two_round;
-  }
-  /// How this layer is exchanged: two allreduces when compressed, else one.
-  [[nodiscard]] bellows::aggregation aggregation(const state& st) const noexcept {
-    return st.compressed() ? bellows::aggregation::allreduce_two_round : bellows::aggregation::allreduce;
-  }
+      : base(params, exec) {}
 
   /// One step (a collective call; see the file's comment). `inout` is device memory; the
   /// collective enqueues on the executor's stream. Waits for that stream twice for a compressed
@@ -142,19 +109,9 @@ public:
   /// another r' than the state's, as the CPU does.
   template <DeviceCollective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    cuda::check_step(name, st.layer, inout.size(), coll.stream(), *exec_);
-    if (const std::size_t r = effective_rank(st.layer, params_.rank); r != st.rank) resize(st, r);
+    detail::check_step(name, st.layer, inout.size(), coll.stream(), *exec_);
+    follow_rank(st);
     return st.compressed() ? reduce_low_rank(st, inout, coll) : reduce_dense(st, inout, coll);
-  }
-
-  [[nodiscard]] bool compresses(const state& st) const noexcept { return st.compressed(); }
-
-  /// Sets a layer's rank as the CPU's set_rank does: keeps e and the first min(r'_old, r'_new)
-  /// columns of Q, draws the others as the first draw would have. Allocates and waits for the
-  /// stream; not for the steady state.
-  void set_rank(state& st, std::size_t rank) const {
-    BELLOWS_EXPECTS(rank >= 1, "powersgd: layer '", st.layer.name, "': rank must be >= 1, got ", rank);
-    resize(st, effective_rank(st.layer, rank));
   }
 
   /// The CPU compressor's record (r', step, e if any, Q): either backend reads what the other
@@ -182,6 +139,7 @@ private:
   void resize(state& st, std::size_t r) const {
     const std::size_t n = st.rows, m = st.cols;
     const cudaStream_t stream = exec_->stream();
+    if (st.flag.size() == 0) st.flag = cuda::device_buffer<unsigned>(1);
     st.rank = r;
     if (r == 0) {
       cuda::device_buffer<float> exchange(
@@ -194,7 +152,7 @@ private:
     // every column of the query may be drawn again (warm start's redraw), so all must be in the stream
     BELLOWS_EXPECTS(2 * m * r <= philox::stream::max_words, "powersgd: layer '", st.layer.name, "': a query of ",
                     m * r, " floats overruns the random stream");
-    if (st.memory.size() == 0) st.memory = cuda::zero_memory(params_.feedback, n * m, *exec_);
+    if (st.memory.size() == 0) st.memory = detail::zero_memory(params_.feedback, n * m, *exec_);
     const std::size_t held = st.query.size() / m;
     cuda::device_buffer<float> query;
     if (held != r) {
@@ -211,11 +169,6 @@ private:
     if (held != r) st.query = std::move(query);
     st.next = std::move(next);
     st.exchange = std::move(exchange);
-  }
-
-  /// The stream of the query drawn at `step`: element i of column j is its normal number j m + i.
-  [[nodiscard]] philox::stream query_stream(const state& st, std::uint64_t step) const noexcept {
-    return {params_.seed, static_cast<std::uint32_t>(step), st.layer.id, philox::stream::shared};
   }
 
   /// Columns first_col, first_col + 1, ... of the query drawn at `step`.
@@ -250,7 +203,7 @@ private:
     const std::size_t n = st.rows, m = st.cols, r = st.rank;
     const cudaStream_t stream = exec_->stream();
     const std::span<float> e = st.memory.span();
-    const cpu::compensated_matrix M{inout, e, n, m};
+    const compensated_matrix M{inout, e, n, m};
     const std::span<float> p = st.exchange.span().first(n * r);
     float* vote = st.exchange.data() + n * r;
 
@@ -278,8 +231,7 @@ private:
     if (flag_raised(st)) return {step_status::non_finite, sent};
 
     cuda::reconstruct_update(*exec_, inout, e, n, m, p, st.next.span());
-    std::swap(st.query, st.next);
-    ++st.step;
+    commit(st);
     return {step_status::ok, sent};
   }
 
@@ -306,14 +258,12 @@ private:
     exec_->synchronize();
     const traffic sent{(n + 1) * sizeof(float), n + 1, n};
     if (st.votes != 0.0f) return {step_status::non_finite, sent};
-    cuda::divide_into(*exec_, inout, values, static_cast<float>(coll.size()));
+    cuda::divide(*exec_, inout, values, static_cast<float>(coll.size()));
     if (!e.empty()) cuda::fill(*exec_, e, 0.0f);
     ++st.step;
     return {step_status::ok, sent};
   }
 
-  powersgd_params params_;
-  cuda::executor* exec_;
 };
 
 static_assert(Compressor<powersgd<cuda::executor>, archetypes::device_collective>,

@@ -21,35 +21,33 @@
 #include <span>
 #include <utility>
 
-#include "bellows/compressors/detail/sparse_codec.hpp"
+#include "bellows/compressors/detail/device_sparse.cuh"
 #include "bellows/compressors/randk.hpp"
 #include "bellows/concepts.hpp"
 #include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
 #include "bellows/core/philox.hpp"
-#include "bellows/cpu/sample.hpp"
 #include "bellows/cuda/buffer.cuh"
 #include "bellows/cuda/check.cuh"
-#include "bellows/cuda/checkpoint.cuh"
+#include "bellows/cuda/transfer.cuh"
 #include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
-#include "bellows/cuda/layer_step.cuh"
+#include "bellows/compressors/detail/device_state.cuh"
 #include "bellows/cuda/sample.cuh"
 #include "bellows/cuda/sparse.cuh"
+#include "bellows/plan/sample.hpp"
 
 namespace bellows {
 
 template <>
-class randk<cuda::executor> {
+class randk<cuda::executor> : public detail::device_sparse_codec<randk<cuda::executor>, randk_params> {
+  using base = detail::device_sparse_codec<randk<cuda::executor>, randk_params>;
+
 public:
-  /// One layer: step counter, its draw's plan, and in device memory the error memory, its staged
-  /// successor, the kept indices and the allreduce buffer.
-  struct state {
-    layer_info layer;
-    std::uint64_t step = 0;
-    cpu::sample_plan plan;
-    cuda::device_buffer<float> memory;  ///< e, zero at first (empty without a memory)
-    cuda::device_buffer<float> staged;  ///< the next e, current once every rank was finite
+  /// One layer: step counter, error memory and its staged successor (device_sparse_state), its
+  /// draw's plan, and in device memory the kept indices and the allreduce buffer.
+  struct state : detail::device_sparse_state {
+    sample_plan plan;
     cuda::device_buffer<std::uint32_t> index;
     cuda::device_buffer<float> values;  ///< the k kept values, then the non-finite flag
     float flag = 0.0f;                  ///< the flag's sum over ranks, read back
@@ -60,29 +58,25 @@ public:
 
   static constexpr const char* name = "randk";
 
-  explicit randk(randk_params params = {}, cuda::executor& exec = cuda::executor::shared())
-      : params_(params), exec_(&exec) {
+  explicit randk(randk_params params = {}, cuda::executor& exec = cuda::executor::shared()) : base(params, exec) {
     BELLOWS_EXPECTS(params.mode == randk_mode::shared, "randk<cuda::executor>: mode ", to_string(params.mode),
                     " is not on the device (shared mode only)");
   }
 
-  [[nodiscard]] const randk_params& params() const noexcept { return params_; }
   [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allreduce; }
 
   /// Validates the parameters for the layer (raising bellows::error that names both) and sizes
   /// the state; reserves the executor's workspace for the draw.
   [[nodiscard]] state make_state(const layer_info& layer) const {
-    const std::size_t k = detail::kept_count(name, layer, params_.ratio, params_.k);
+    const std::size_t k = kept(layer);
     BELLOWS_EXPECTS(!params_.unbiased || params_.feedback == feedback::none, "randk: layer '", layer.name,
                     "': unbiased scaling needs feedback none, got feedback ", to_string(params_.feedback));
     state st;
-    st.layer = layer;
-    st.plan = cpu::plan_sample(layer.size(), k);
+    st.plan = plan_sample(layer.size(), k);
     exec_->reserve(cuda::sample_workspace::bytes(st.plan));  // raises for layers of 2^32 elements or more
     st.index = cuda::device_buffer<std::uint32_t>(k);
     st.values = cuda::device_buffer<float>(k + 1);
-    st.memory = cuda::zero_memory(params_.feedback, layer.size(), *exec_);
-    st.staged = cuda::device_buffer<float>(st.memory.size());
+    start(st, layer);
     return st;
   }
 
@@ -90,12 +84,7 @@ public:
   /// collective enqueues on the executor's stream. Waits for that stream once, for the flag.
   template <DeviceCollective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    cuda::check_step(name, st.layer, inout.size(), coll.stream(), *exec_);
-    cuda::check_memory(name, st.layer, st.memory, params_.feedback);
-    BELLOWS_EXPECTS(st.plan == cpu::plan_sample(st.layer.size(), detail::kept_count(name, st.layer, params_.ratio,
-                                                                                       params_.k)),
-                    name, ": layer '", st.layer.name, "': the state keeps ", st.plan.k,
-                    " elements, this compressor another number (make the state with it)");
+    check(st, inout.size(), coll.stream(), st.plan.k);
     const std::size_t k = st.plan.k;
     const cudaStream_t stream = exec_->stream();
     const std::span<float> values(st.values.data(), k);
@@ -107,7 +96,7 @@ public:
                                                               static_cast<double>(k))
                                          : 1.0f;
     gather_sample(*exec_, st.plan, ws, inout, st.memory.span(), st.staged.span(),
-                  cpu::sparse_arrays<std::uint32_t>{st.index.span(), values}, scale);
+                  sparse_arrays<std::uint32_t>{st.index.span(), values}, scale);
     flag_to_float(*exec_, ws.non_finite, st.values.data() + k);
     coll.allreduce_sum(st.values.span());
     BELLOWS_CUDA_CHECK(cudaMemcpyAsync(&st.flag, st.values.data() + k, sizeof(float), cudaMemcpyDeviceToHost, stream));
@@ -120,24 +109,9 @@ public:
     if (w != 1.0f) divide(*exec_, values, w);
     fill(*exec_, inout, 0.0f);
     scatter_add(*exec_, inout, std::span<const std::uint32_t>(st.index.span()), values);
-    std::swap(st.memory, st.staged);
-    ++st.step;
+    commit(st);
     return r;
   }
-
-  /// The CPU compressor's checkpoint record (step counter, then the error memory): either
-  /// backend reads what the other wrote. Both wait for the executor's stream.
-  void save(const state& st, checkpoint_writer& out) const {
-    cuda::save_step_and_memory(*exec_, st.step, st.memory, out);
-  }
-  /// Reads what save wrote for the same layer and configuration; checks before it changes anything.
-  void load(state& st, checkpoint_reader& in) const {
-    cuda::load_step_and_memory(*exec_, st.step, st.memory, in, name, name);
-  }
-
-private:
-  randk_params params_;
-  cuda::executor* exec_;
 };
 
 static_assert(Compressor<randk<cuda::executor>, archetypes::device_collective>,

@@ -26,6 +26,7 @@
 #include <span>
 #include <utility>
 
+#include "bellows/compressors/detail/device_sparse.cuh"
 #include "bellows/compressors/detail/sparse_codec.hpp"
 #include "bellows/compressors/topk.hpp"
 #include "bellows/concepts.hpp"
@@ -33,17 +34,17 @@
 #include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
 #include "bellows/core/wire.hpp"
-#include "bellows/cpu/select.hpp"
 #include "bellows/cuda/buffer.cuh"
 #include "bellows/cuda/check.cuh"
-#include "bellows/cuda/checkpoint.cuh"
+#include "bellows/cuda/transfer.cuh"
 #include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/launch.cuh"
-#include "bellows/cuda/layer_step.cuh"
+#include "bellows/compressors/detail/device_state.cuh"
 #include "bellows/cuda/payload_slots.cuh"
 #include "bellows/cuda/select.cuh"
 #include "bellows/cuda/sparse.cuh"
+#include "bellows/plan/select.hpp"
 
 namespace bellows::cuda::detail {
 
@@ -97,17 +98,16 @@ __global__ void check_sparse_payloads_kernel(const std::byte* slots, std::size_t
 namespace bellows {
 
 template <>
-class topk<cuda::executor> {
+class topk<cuda::executor> : public detail::device_sparse_codec<topk<cuda::executor>, topk_params> {
+  using base = detail::device_sparse_codec<topk<cuda::executor>, topk_params>;
+
 public:
-  /// One layer: step counter and selection plan; in device memory the error memory, its staged
-  /// successor, and the workspace of either way of averaging (sized by the first step).
-  struct state {
-    layer_info layer;
-    std::uint64_t step = 0;
-    cpu::select_plan plan;
-    cuda::device_buffer<float> memory;  ///< e, zero at first (empty without a memory)
-    cuda::device_buffer<float> staged;  ///< the next e, current once every rank was finite
-    cuda::payload_slots slots;          ///< by allgather: every rank's payload, and the verdicts
+  /// One layer: step counter, error memory and its staged successor (device_sparse_state), the
+  /// selection plan, and in device memory the workspace of either way of averaging (sized by the
+  /// first step).
+  struct state : detail::device_sparse_state {
+    select_plan plan;
+    cuda::payload_slots slots;                 ///< by allgather: every rank's payload, and the verdicts
     cuda::device_buffer<std::uint32_t> index;  ///< dense: the kept entries
     cuda::device_buffer<float> values;
     cuda::device_buffer<float> dense;  ///< dense: n sums, then the non-finite flag
@@ -120,25 +120,21 @@ public:
 
   static constexpr const char* name = "topk";
 
-  explicit topk(topk_params params = {}, cuda::executor& exec = cuda::executor::shared())
-      : params_(params), exec_(&exec) {
+  explicit topk(topk_params params = {}, cuda::executor& exec = cuda::executor::shared()) : base(params, exec) {
     BELLOWS_EXPECTS(params.mode == topk_mode::exact, "topk<cuda::executor>: mode ", to_string(params.mode),
                     " is not on the device (exact mode only)");
   }
 
-  [[nodiscard]] const topk_params& params() const noexcept { return params_; }
   [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allgather; }
 
   /// Validates the parameters for the layer (raising bellows::error that names both) and sizes
   /// the state; reserves the executor's workspace for the selection (layers below 2^31 elements).
   [[nodiscard]] state make_state(const layer_info& layer) const {
-    const std::size_t k = detail::kept_count(name, layer, params_.ratio, params_.k);
+    const std::size_t k = kept(layer);
     state st;
-    st.layer = layer;
-    st.plan = cpu::plan_select(layer.size(), k, k);
+    st.plan = plan_select(layer.size(), k, k);
     exec_->reserve(cuda::select_workspace::bytes(st.plan));
-    st.memory = cuda::zero_memory(params_.feedback, layer.size(), *exec_);
-    st.staged = cuda::device_buffer<float>(st.memory.size());
+    start(st, layer);
     return st;
   }
 
@@ -146,37 +142,15 @@ public:
   /// collective enqueues on the executor's stream. Waits for that stream once, for the verdicts.
   template <DeviceCollective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    cuda::check_step(name, st.layer, inout.size(), coll.stream(), *exec_);
-    cuda::check_memory(name, st.layer, st.memory, params_.feedback);
-    BELLOWS_EXPECTS(st.plan.k == detail::kept_count(name, st.layer, params_.ratio, params_.k), name, ": layer '",
-                    st.layer.name, "': the state keeps ", st.plan.k,
-                    " elements, this compressor another number (make the state with it)");
-    const reduce_result r =
-        averages_densely(st, coll.size()) ? dense_step(st, inout, coll) : sparse_step(st, inout, coll);
-    if (r.status == step_status::ok) {
-      std::swap(st.memory, st.staged);
-      ++st.step;
-    }
+    check(st, inout.size(), coll.stream(), st.plan.k);
+    const reduce_result r = params_.dense_switch && detail::dense_is_cheaper(st.layer.size(), coll.size(), st.plan.k)
+                                ? dense_step(st, inout, coll)
+                                : sparse_step(st, inout, coll);
+    if (r.status == step_status::ok) commit(st);
     return r;
   }
 
-  /// The CPU compressor's checkpoint record (step counter, then the error memory): either
-  /// backend reads what the other wrote. Both wait for the executor's stream.
-  void save(const state& st, checkpoint_writer& out) const {
-    cuda::save_step_and_memory(*exec_, st.step, st.memory, out);
-  }
-  /// Reads what save wrote for the same layer and configuration; checks before it changes anything.
-  void load(state& st, checkpoint_reader& in) const {
-    cuda::load_step_and_memory(*exec_, st.step, st.memory, in, name, name);
-  }
-
 private:
-  /// The CPU's rule (topk<>::reduce): W k (index + value bytes) >= 4 n, saturating.
-  [[nodiscard]] bool averages_densely(const state& st, std::size_t ranks) const {
-    const std::size_t sparse = detail::saturating_mul(detail::saturating_mul(ranks, st.plan.k), 8);
-    return params_.dense_switch && sparse >= detail::saturating_mul(4, st.layer.size());
-  }
-
   template <class Coll>
   reduce_result sparse_step(state& st, std::span<float> inout, Coll& coll) {
     const std::size_t n = st.layer.size(), k = st.plan.k, ranks = coll.size(), rank = coll.rank();
@@ -199,7 +173,7 @@ private:
     };
     cuda::select_workspace ws(st.plan, exec_->workspace());
     select_top(*exec_, st.plan, inout, st.memory.span(), st.staged.span(), ws,
-               cpu::sparse_arrays<std::uint32_t>{{index_of(rank), k}, {values_of(rank), k}});
+               sparse_arrays<std::uint32_t>{{index_of(rank), k}, {values_of(rank), k}});
     cuda::detail::launch(&cuda::detail::finish_sparse_payload_kernel, 1u, 1u, stream, mine, h, ws.non_finite);
     coll.allgather_slots(std::span<const std::byte>(mine, bytes), slots.all(), slots.slot());
     const unsigned blocks = std::min(cuda::blocks_for(ranks * (k + 1), 256), 4096u);
@@ -233,7 +207,7 @@ private:
     const std::span<float> sums(st.dense.data(), n);
     cuda::select_workspace ws(st.plan, exec_->workspace());
     select_top(*exec_, st.plan, inout, st.memory.span(), st.staged.span(), ws,
-               cpu::sparse_arrays<std::uint32_t>{{st.index.data(), k}, {st.values.data(), k}});
+               sparse_arrays<std::uint32_t>{{st.index.data(), k}, {st.values.data(), k}});
     fill(*exec_, sums, 0.0f);
     scatter(*exec_, sums, std::span<const std::uint32_t>(st.index.data(), k),
             std::span<const float>(st.values.data(), k));
@@ -244,12 +218,10 @@ private:
     exec_->synchronize();
     const reduce_result r{st.flag != 0.0f ? step_status::non_finite : step_status::ok,
                           {(n + 1) * sizeof(float), n + 1, st.own != 0 ? 0 : k}};
-    if (r.status == step_status::ok) divide_into(*exec_, inout, sums, static_cast<float>(coll.size()));
+    if (r.status == step_status::ok) divide(*exec_, inout, sums, static_cast<float>(coll.size()));
     return r;
   }
 
-  topk_params params_;
-  cuda::executor* exec_;
 };
 
 static_assert(Compressor<topk<cuda::executor>, archetypes::device_collective>,

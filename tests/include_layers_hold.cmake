@@ -1,0 +1,54 @@
+# SPDX-License-Identifier: Apache-2.0
+# The layers of include/bellows hold: every `#include "bellows/..."` of a header is allowed by
+# the rules below, so the folders say what depends on what (docs/layout.md draws the graph).
+#   core/                      includes only core/
+#   plan/ (backend-neutral)    includes only core/ and plan/
+#   cpu/, cuda/ (the kernels)  include only core/, plan/ and their own folder: never each other,
+#                              never compressors/, feedback/, regime/ or sync/
+#   compressors/*_types.hpp,   include only core/ and plan/ (parameter structs stay light)
+#   regime/*_types.hpp
+# A header breaking a rule is printed with its line; the test fails if there is any.
+# Usage: cmake -DINCLUDE_DIR=<repository>/include -P include_layers_hold.cmake
+cmake_minimum_required(VERSION 3.21)
+if(NOT INCLUDE_DIR)
+  message(FATAL_ERROR "include_layers_hold: pass -DINCLUDE_DIR=<repository>/include")
+endif()
+
+file(GLOB_RECURSE headers RELATIVE "${INCLUDE_DIR}/bellows" "${INCLUDE_DIR}/bellows/*.hpp"
+     "${INCLUDE_DIR}/bellows/*.cuh")
+list(SORT headers)
+set(broken 0)
+set(checked 0)
+foreach(header IN LISTS headers)
+  set(allowed "")
+  if(header MATCHES "^core/")
+    set(allowed "core")
+  elseif(header MATCHES "^plan/")
+    set(allowed "core|plan")
+  elseif(header MATCHES "^cpu/")
+    set(allowed "core|plan|cpu")
+  elseif(header MATCHES "^cuda/")
+    set(allowed "core|plan|cuda")
+  elseif(header MATCHES "_types\\.hpp$")
+    set(allowed "core|plan")
+  endif()
+  if(allowed STREQUAL "")
+    continue()
+  endif()
+  math(EXPR checked "${checked} + 1")
+  file(STRINGS "${INCLUDE_DIR}/bellows/${header}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"]bellows/")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*[<\"]bellows/([^\">]*)[\">].*" "\\1" target "${line}")
+    if(NOT target MATCHES "^(${allowed})/")
+      message(STATUS "include_layers_hold: ${header} includes bellows/${target}; allowed: ${allowed}")
+      math(EXPR broken "${broken} + 1")
+    endif()
+  endforeach()
+endforeach()
+if(checked EQUAL 0)
+  message(FATAL_ERROR "include_layers_hold: no header checked under ${INCLUDE_DIR}/bellows")
+endif()
+if(broken GREATER 0)
+  message(FATAL_ERROR "include_layers_hold: ${broken} include(s) break the layers (of ${checked} headers checked)")
+endif()
+message(STATUS "include_layers_hold: ${checked} headers keep to their layers")
