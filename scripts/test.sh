@@ -16,7 +16,7 @@ jobs=$(nproc)
 
 packages=(cmake ninja-build g++ clang libclang-rt-14-dev doctest-dev libbenchmark-dev
           libopenmpi-dev openmpi-bin zlib1g-dev dataset-fashion-mnist libcli11-dev nlohmann-json3-dev
-          python3-torch libtorch-dev pybind11-dev python3-pip python3-setuptools)
+          python3-torch libtorch-dev pybind11-dev python3-pip python3-setuptools clang-format-14)
 # shellcheck source=SCRIPTDIR/install_missing.sh
 source "$root/scripts/install_missing.sh"
 install_missing "${packages[@]}"
@@ -34,6 +34,8 @@ fi
 stage() { echo "== $1 ($(( $(date +%s) - start ))s so far)"; }
 start=$(date +%s)
 
+stage "format (scripts/format.sh --check)"
+"$root/scripts/format.sh" --check
 stage "configure ($build)"
 # -g1 (line tables: what a backtrace and the sanitizers print) builds faster than -g.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
