@@ -22,8 +22,8 @@ namespace bellows::bench {
 /// Runs the benchmark loop: per iteration step() (timed), then one read of `data` and prepare()
 /// (both untimed: prepare restores what step consumed, e.g. an input it overwrites).
 template <class Step, class Prepare = void (*)()>
-void run_against_floor(benchmark::State& state, std::span<const float> data, Step&& step,
-                       Prepare&& prepare = [] {}) {
+void run_against_floor(
+    benchmark::State& state, std::span<const float> data, Step&& step, Prepare&& prepare = [] {}) {
   std::vector<double> steps, reads;
   steps.reserve(4096);
   reads.reserve(4096);

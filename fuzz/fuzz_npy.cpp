@@ -25,8 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (a.values.size() != a.shape.size() || a.values.empty()) std::abort();
   if (a.stored == npy::dtype::float32) {
     const npy::array back = npy::parse(npy::encode(a.shape, a.values), "re-encoded");
-    if (!(back.shape == a.shape) ||
-        std::memcmp(back.values.data(), a.values.data(), a.values.size() * 4) != 0)
+    if (!(back.shape == a.shape) || std::memcmp(back.values.data(), a.values.data(), a.values.size() * 4) != 0)
       std::abort();
   }
   return 0;

@@ -7,5 +7,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static bellows::cpu::executor exec(1);
   static const bellows::identity<> codec(exec);
   return bellows::fuzzing::decode_payload(
-      codec, [](std::size_t n) { return codec.make_state({0, "fuzz", bellows::shape{n}}); }, data, size);
+      codec,
+      [](std::size_t n) {
+        return codec.make_state({0, "fuzz", bellows::shape{n}});
+      },
+      data, size);
 }

@@ -124,7 +124,8 @@ void topk_passes(benchmark::State& state) {
   std::vector<float> out(n);
   bellows::bench::run_against_floor(state, out, [&] {
     bellows::cpu::fill(one_thread(), out, 0.0f);
-    for (const auto& part : p.parts) bellows::cpu::scatter_add(one_thread(), std::span<float>(out), part.index, part.value);
+    for (const auto& part : p.parts)
+      bellows::cpu::scatter_add(one_thread(), std::span<float>(out), part.index, part.value);
     if (p.parts.size() != 1) bellows::cpu::divide(one_thread(), out, static_cast<float>(p.parts.size()));
     benchmark::DoNotOptimize(out.data());
   });

@@ -56,8 +56,8 @@ void qsgd_unpack(benchmark::State& state) {
   const bellows::code_layout layout{bits, 512, f.grad.size()};
   std::vector<float> scales(layout.buckets());
   std::vector<std::uint8_t> codes(layout.code_bytes());
-  (void)bellows::cpu::quantize_pack(f.one_thread, f.grad, layout, bellows::bucket_norm::l2,
-                                    bellows::philox::stream{}, scales, codes);
+  (void)bellows::cpu::quantize_pack(f.one_thread, f.grad, layout, bellows::bucket_norm::l2, bellows::philox::stream{},
+                                    scales, codes);
   std::vector<float> out(f.grad.size(), 0.0f);
   bellows::bench::run_against_floor(state, f.grad, [&] {
     bellows::cpu::unpack_dequantize(f.one_thread, scales, codes, layout, out, false);
@@ -65,7 +65,8 @@ void qsgd_unpack(benchmark::State& state) {
   });
 }
 
-#define BELLOWS_QSGD_ARGS ArgNames({"n", "bits"})->ArgsProduct({{1 << 24}, {2, 4, 8}})->UseRealTime()->Unit(benchmark::kMillisecond)
+#define BELLOWS_QSGD_ARGS \
+  ArgNames({"n", "bits"})->ArgsProduct({{1 << 24}, {2, 4, 8}})->UseRealTime()->Unit(benchmark::kMillisecond)
 BENCHMARK(qsgd_encode)->BELLOWS_QSGD_ARGS;
 BENCHMARK(qsgd_decode_add)->BELLOWS_QSGD_ARGS;
 BENCHMARK(qsgd_unpack)->BELLOWS_QSGD_ARGS;

@@ -21,15 +21,13 @@ bellows::randk<> compressor(const sparse_case& c, bellows::feedback memory) {
 const bool registered = [] {
   using bellows::feedback;
   bellows::bench::register_cases(
-      "randk", {{"plain", [](auto& s, const sparse_case& c) {
-                  bellows::bench::encode_step(s, c, compressor(c, feedback::none), true);
-                }},
-                {"residual", [](auto& s, const sparse_case& c) {
-                   bellows::bench::feedback_step(s, c, compressor(c, feedback::residual));
-                 }},
-                {"reduce", [](auto& s, const sparse_case& c) {
-                   bellows::bench::reduce_step(s, c, compressor(c, feedback::residual));
-                 }}});
+      "randk",
+      {{"plain",
+        [](auto& s, const sparse_case& c) { bellows::bench::encode_step(s, c, compressor(c, feedback::none), true); }},
+       {"residual",
+        [](auto& s, const sparse_case& c) { bellows::bench::feedback_step(s, c, compressor(c, feedback::residual)); }},
+       {"reduce",
+        [](auto& s, const sparse_case& c) { bellows::bench::reduce_step(s, c, compressor(c, feedback::residual)); }}});
   return true;
 }();
 

@@ -42,17 +42,15 @@ void baseline(benchmark::State& state, const sparse_case& c, bool sort) {
 const bool registered = [] {
   using bellows::feedback;
   bellows::bench::register_cases(
-      "topk", {{"exact", [](auto& s, const sparse_case& c) {
-                 bellows::bench::encode_step(s, c, compressor(c, feedback::none), false);
-               }},
-               {"residual", [](auto& s, const sparse_case& c) {
-                  bellows::bench::feedback_step(s, c, compressor(c, feedback::residual));
-                }},
-               {"reduce", [](auto& s, const sparse_case& c) {
-                  bellows::bench::reduce_step(s, c, compressor(c, feedback::residual));
-                }},
-               {"nth_element", [](auto& s, const sparse_case& c) { baseline(s, c, false); }},
-               {"sort", [](auto& s, const sparse_case& c) { baseline(s, c, true); }}});
+      "topk",
+      {{"exact",
+        [](auto& s, const sparse_case& c) { bellows::bench::encode_step(s, c, compressor(c, feedback::none), false); }},
+       {"residual",
+        [](auto& s, const sparse_case& c) { bellows::bench::feedback_step(s, c, compressor(c, feedback::residual)); }},
+       {"reduce",
+        [](auto& s, const sparse_case& c) { bellows::bench::reduce_step(s, c, compressor(c, feedback::residual)); }},
+       {"nth_element", [](auto& s, const sparse_case& c) { baseline(s, c, false); }},
+       {"sort", [](auto& s, const sparse_case& c) { baseline(s, c, true); }}});
   return true;
 }();
 

@@ -72,7 +72,16 @@ void cuda_powersgd_compressor_step(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(cuda_powersgd_step)->ArgNames({"n", "rank"})->Args({8192, 1})->Args({8192, 2})->Args({8192, 4})
-    ->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(cuda_powersgd_compressor_step)->ArgNames({"n", "rank"})->Args({8192, 1})->Args({8192, 4})
-    ->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(cuda_powersgd_step)
+    ->ArgNames({"n", "rank"})
+    ->Args({8192, 1})
+    ->Args({8192, 2})
+    ->Args({8192, 4})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(cuda_powersgd_compressor_step)
+    ->ArgNames({"n", "rank"})
+    ->Args({8192, 1})
+    ->Args({8192, 4})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);

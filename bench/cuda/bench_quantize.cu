@@ -35,8 +35,8 @@ struct buffers {
       (void)cudaFree(p);
   }
   void encode(bellows::cuda::executor& exec) const {
-    bellows::cuda::quantize_pack(exec, {in, layout.n}, layout, bellows::bucket_norm::l2,
-                                 {0x5eedULL, 1, 0, 0}, {scales, layout.buckets()}, {codes, layout.code_bytes()}, flag);
+    bellows::cuda::quantize_pack(exec, {in, layout.n}, layout, bellows::bucket_norm::l2, {0x5eedULL, 1, 0, 0},
+                                 {scales, layout.buckets()}, {codes, layout.code_bytes()}, flag);
   }
 };
 
@@ -73,9 +73,21 @@ void cuda_qsgd_step(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(cuda_qsgd_step)->ArgNames({"n", "bits"})->Args({1 << 26, 4})->Args({1 << 26, 8})
-    ->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(cuda_qsgd_encode)->ArgNames({"n", "bits"})->Args({1 << 26, 4})->Args({1 << 26, 8})
-    ->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(cuda_qsgd_decode)->ArgNames({"n", "bits"})->Args({1 << 26, 4})->Args({1 << 26, 8})
-    ->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(cuda_qsgd_step)
+    ->ArgNames({"n", "bits"})
+    ->Args({1 << 26, 4})
+    ->Args({1 << 26, 8})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(cuda_qsgd_encode)
+    ->ArgNames({"n", "bits"})
+    ->Args({1 << 26, 4})
+    ->Args({1 << 26, 8})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(cuda_qsgd_decode)
+    ->ArgNames({"n", "bits"})
+    ->Args({1 << 26, 4})
+    ->Args({1 << 26, 8})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);

@@ -31,8 +31,8 @@ void cuda_randk(benchmark::State& state) {
     bellows::cuda::draw_sample(exec, plan, {7, step++, 0, bellows::philox::stream::shared}, ws);
     bellows::cuda::gather_sample(exec, plan, ws, {g, n}, {e, n}, {staged, n}, {{index, k}, {value, k}});
   });
-  for (void* p : {static_cast<void*>(g), static_cast<void*>(e), static_cast<void*>(staged),
-                  static_cast<void*>(value), static_cast<void*>(index)})
+  for (void* p : {static_cast<void*>(g), static_cast<void*>(e), static_cast<void*>(staged), static_cast<void*>(value),
+                  static_cast<void*>(index)})
     BELLOWS_CUDA_CHECK(cudaFree(p));
 }
 
@@ -50,11 +50,21 @@ void cuda_randk_step(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(cuda_randk_step)->ArgNames({"n", "k"})->Args({1 << 26, (1 << 26) / 100})->UseManualTime()
+BENCHMARK(cuda_randk_step)
+    ->ArgNames({"n", "k"})
+    ->Args({1 << 26, (1 << 26) / 100})
+    ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(cuda_randk)->ArgNames({"n", "k"})->Args({1 << 26, (1 << 26) / 100})->UseManualTime()
+BENCHMARK(cuda_randk)
+    ->ArgNames({"n", "k"})
+    ->Args({1 << 26, (1 << 26) / 100})
+    ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 // At k = n / 2 the draw drops about 0.13 n surplus indices by Floyd's algorithm, one after the
 // other in one thread (as on the CPU): seconds, so two iterations.
-BENCHMARK(cuda_randk)->ArgNames({"n", "k"})->Args({1 << 26, (1 << 26) / 2})->Iterations(2)->UseManualTime()
+BENCHMARK(cuda_randk)
+    ->ArgNames({"n", "k"})
+    ->Args({1 << 26, (1 << 26) / 2})
+    ->Iterations(2)
+    ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

@@ -32,8 +32,8 @@ void cuda_topk(benchmark::State& state) {
   bellows::bench::run_timed(state, g, n, [&] {
     bellows::cuda::select_top(exec, plan, {g, n}, ev, sv, ws, {{index, k}, {value, k}});
   });
-  for (void* p : {static_cast<void*>(g), static_cast<void*>(e), static_cast<void*>(staged),
-                  static_cast<void*>(value), static_cast<void*>(index)})
+  for (void* p : {static_cast<void*>(g), static_cast<void*>(e), static_cast<void*>(staged), static_cast<void*>(value),
+                  static_cast<void*>(index)})
     BELLOWS_CUDA_CHECK(cudaFree(p));
 }
 

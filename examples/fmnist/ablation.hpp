@@ -28,8 +28,7 @@ namespace fmnist {
 
 /// The learning rates of the ablation.
 inline constexpr float ablation_rates[] = {0.05f, 0.025f};
-inline constexpr bellows::level_change ablation_changes[] = {bellows::level_change::keep,
-                                                             bellows::level_change::reset};
+inline constexpr bellows::level_change ablation_changes[] = {bellows::level_change::keep, bellows::level_change::reset};
 
 /// One group of the ablation: `base` at learning rate `lr` and level change `change`, training
 /// PowerSGD Accordion for every pair (and static low for every pair under keep).
@@ -77,8 +76,8 @@ struct ablation_row {
     s += format("| %s | %g | %s | %.2f%% (%.2f) | %.2f%% (%.2f) | %+.2f | %.1f%% | %.2f (%.2f) |\n",
                 r.accordion.label.c_str(), static_cast<double>(r.lr), bellows::to_string(r.change),
                 100 * r.accordion.accuracy_mean, 100 * r.accordion.spread(), 100 * r.low.accuracy_mean,
-                100 * r.low.spread(), 100 * (r.accordion.accuracy_mean - r.low.accuracy_mean),
-                100 * r.floats_share(), 100 * r.accordion.drop, 100 * r.accordion.drop_worst);
+                100 * r.low.spread(), 100 * (r.accordion.accuracy_mean - r.low.accuracy_mean), 100 * r.floats_share(),
+                100 * r.accordion.drop, 100 * r.accordion.drop_worst);
   s += "\nAccuracies and drops in points of test accuracy; the drop is the accuracy after the epoch "
        "before a layer switched from low to high minus the lowest of the next two epochs', the deepest "
        "over the run, mean over the seeds. Each cell's runs, every epoch, are in its folder's "

@@ -88,8 +88,7 @@ inline float real_of(const std::string& text, const char* name) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != text.size() || text.empty())
-    throw usage_error(std::string(name) + ": not a number: '" + text + "'");
+  if (used != text.size() || text.empty()) throw usage_error(std::string(name) + ": not a number: '" + text + "'");
   return v;
 }
 
@@ -169,8 +168,8 @@ inline command parse(int argc, char** argv, const std::function<bool(std::string
       resume = value_of(i, argc, argv);
     } else if (arg == "--epochs" || arg == "--seeds" || arg == "--runs" || arg == "--interval" || arg == "--eta" ||
                arg == "--lr" || arg == "--train-images" || arg == "--test-images" || arg == "--epoch-images" ||
-               arg == "--powersgd-low" || arg == "--powersgd-high" || arg == "--topk-low" ||
-               arg == "--topk-high" || arg == "--momentum" || arg == "--level-change") {
+               arg == "--powersgd-low" || arg == "--powersgd-high" || arg == "--topk-low" || arg == "--topk-high" ||
+               arg == "--momentum" || arg == "--level-change") {
       given.emplace_back(arg, value_of(i, argc, argv));
     } else if (!other || !other(arg, i)) {
       throw usage_error("unknown option '" + std::string(arg) + "'");
@@ -229,9 +228,9 @@ inline command parse(int argc, char** argv, const std::function<bool(std::string
 inline void print_epoch(const run_result& run, const comparison_config& config) {
   const epoch_record& e = run.epochs.back();
   std::printf("%-24s seed %llu  epoch %2zu/%zu  loss %.4f  acc %6.2f%%  floats %10.4g  levels %s  %5.2f s\n",
-              run.spec.id().c_str(), static_cast<unsigned long long>(run.seed), e.report.epoch + 1,
-              config.train.epochs, e.report.train_loss, 100 * e.report.test_accuracy,
-              static_cast<double>(e.report.sent.elements), letters(e.levels).c_str(), e.report.seconds);
+              run.spec.id().c_str(), static_cast<unsigned long long>(run.seed), e.report.epoch + 1, config.train.epochs,
+              e.report.train_loss, 100 * e.report.test_accuracy, static_cast<double>(e.report.sent.elements),
+              letters(e.levels).c_str(), e.report.seconds);
   std::fflush(stdout);
 }
 
@@ -243,8 +242,8 @@ inline void write_outputs(const command& c, const dataset& data, const std::vect
   const summary sum = summarise(config, results);
   write_results_md(c.out / "results.md", config, data, sum);
   write_plots(c.out, config, results);
-  std::printf("\n%swrote %s/{results.json,results.md,accuracy.svg,floats.svg,levels.svg}\n",
-              verdict_lines(sum).c_str(), c.out.c_str());
+  std::printf("\n%swrote %s/{results.json,results.md,accuracy.svg,floats.svg,levels.svg}\n", verdict_lines(sum).c_str(),
+              c.out.c_str());
 }
 
 }  // namespace fmnist::cli

@@ -72,9 +72,10 @@ template <class... Parts>
 [[nodiscard]] inline std::vector<std::uint8_t> read_gzip(const std::filesystem::path& file) {
   const std::unique_ptr<gzFile_s, int (*)(gzFile)> in(gzopen(file.c_str(), "rb"), gzclose);
   if (!in)
-    bellows::fail("fmnist: cannot open ", file, " (install Debian's dataset-fashion-mnist "
-                          "package, or name a folder of the IDX files with --data or $",
-                          dir_variable, ")");
+    bellows::fail("fmnist: cannot open ", file,
+                  " (install Debian's dataset-fashion-mnist "
+                  "package, or name a folder of the IDX files with --data or $",
+                  dir_variable, ")");
   std::vector<std::uint8_t> bytes;
   constexpr std::size_t chunk = std::size_t{1} << 20;
   for (;;) {
@@ -120,8 +121,7 @@ template <class... Parts>
   }
   const std::size_t present = bytes.size() - header;
   if (present < count)
-    fail_in(file, "truncated: the header promises ", count, " bytes of data (", shape, "), the file holds ",
-            present);
+    fail_in(file, "truncated: the header promises ", count, " bytes of data (", shape, "), the file holds ", present);
   if (present > count)
     fail_in(file, present - count, " bytes after the ", count, " bytes of data the header promises (", shape, ")");
   out.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
@@ -146,15 +146,15 @@ struct split {
   idx_array images = read_idx(images_file, 3);
   idx_array labels = read_idx(labels_file, 1);
   if (images.dims[1] != image_rows || images.dims[2] != image_cols)
-    detail::fail_in(images_file, "images of ", images.dims[1], "x", images.dims[2], " pixels, expected ",
-                    image_rows, "x", image_cols);
+    detail::fail_in(images_file, "images of ", images.dims[1], "x", images.dims[2], " pixels, expected ", image_rows,
+                    "x", image_cols);
   if (images.dims[0] != labels.dims[0])
-    bellows::fail("fmnist: count mismatch: ", images_file, " holds ", images.dims[0],
-                          " images, ", labels_file, " holds ", labels.dims[0], " labels");
+    bellows::fail("fmnist: count mismatch: ", images_file, " holds ", images.dims[0], " images, ", labels_file,
+                  " holds ", labels.dims[0], " labels");
   for (std::size_t i = 0; i < labels.data.size(); ++i)
     if (labels.data[i] >= classes)
-      detail::fail_in(labels_file, "label ", static_cast<int>(labels.data[i]), " of item ", i,
-                      " is not a class in 0..", classes - 1);
+      detail::fail_in(labels_file, "label ", static_cast<int>(labels.data[i]), " of item ", i, " is not a class in 0..",
+                      classes - 1);
   return {images.dims[0], std::move(images.data), std::move(labels.data)};
 }
 

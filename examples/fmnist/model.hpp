@@ -30,16 +30,14 @@ namespace fmnist {
 /// activations is padded to a multiple of it.
 inline constexpr std::size_t lanes = 16;
 
-[[nodiscard]] constexpr std::size_t round_up(std::size_t n, std::size_t m) noexcept {
-  return (n + m - 1) / m * m;
-}
+[[nodiscard]] constexpr std::size_t round_up(std::size_t n, std::size_t m) noexcept { return (n + m - 1) / m * m; }
 
 /// c += a * b for an m x k matrix a and a k x n matrix b (rows ldb apart) into an m x n matrix c
 /// (rows ldc apart); element (i, p) of a is a[i * a_row + p * a_col], so a may be transposed.
 /// n must be a multiple of `lanes`. Each element of c sums its k terms in order p = 0, 1, ...
 template <class T>
-void multiply_add(std::size_t m, std::size_t n, std::size_t k, const T* a, std::size_t a_row,
-                  std::size_t a_col, const T* b, std::size_t ldb, T* c, std::size_t ldc) {
+void multiply_add(std::size_t m, std::size_t n, std::size_t k, const T* a, std::size_t a_row, std::size_t a_col,
+                  const T* b, std::size_t ldb, T* c, std::size_t ldc) {
   BELLOWS_EXPECTS(n % lanes == 0, "multiply_add: ", n, " columns, not a multiple of ", lanes);
   // Four rows of c share each row of b; a tile of 256 columns of four rows stays in L1.
   constexpr std::size_t rows = 4, tile = 256;
@@ -82,16 +80,14 @@ public:
 
   /// Weights and biases uniform in +-1/sqrt(fan_in) (PyTorch's default for Linear), drawn from
   /// Philox keyed by (seed, tensor id), so a seed gives the same model on every platform.
-  mlp(std::uint64_t seed, std::size_t max_batch)
-      : max_batch_(max_batch), ld_(round_up(max_batch, lanes)) {
+  mlp(std::uint64_t seed, std::size_t max_batch) : max_batch_(max_batch), ld_(round_up(max_batch, lanes)) {
     BELLOWS_EXPECTS(max_batch >= 1, "mlp: max_batch must be >= 1, got ", max_batch);
     std::size_t size = 0;
     for (std::size_t f = 0; f < depth; ++f) {
       for (const bool bias : {false, true}) {
         const auto id = static_cast<std::uint32_t>(layers_.size());
         const std::string name = "fc" + std::to_string(f + 1) + (bias ? ".bias" : ".weight");
-        const bellows::shape shp =
-            bias ? bellows::shape{widths[f + 1]} : bellows::shape{widths[f + 1], widths[f]};
+        const bellows::shape shp = bias ? bellows::shape{widths[f + 1]} : bellows::shape{widths[f + 1], widths[f]};
         layers_.push_back({id, name, shp});
         offsets_.push_back(size);
         size += shp.size();
@@ -137,8 +133,7 @@ public:
       const T lse = log_sum_exp(z, b);
       loss += lse - z[labels[b] * ld_ + b];
       for (std::size_t o = 0; o < widths[depth]; ++o)
-        d[o * ld_ + b] =
-            (std::exp(z[o * ld_ + b] - lse) - (o == labels[b] ? T(1) : T(0))) / static_cast<T>(n);
+        d[o * ld_ + b] = (std::exp(z[o * ld_ + b] - lse) - (o == labels[b] ? T(1) : T(0))) / static_cast<T>(n);
     }
     for (std::size_t f = depth; f-- > 0;) backward(f, n);
     return loss / static_cast<T>(n);
@@ -169,10 +164,8 @@ private:
   /// rows_[f] keeps act_[f] sample-major for the weight gradients. Returns n.
   std::size_t forward(std::span<const T> x, std::span<const std::uint8_t> labels) {
     const std::size_t n = labels.size();
-    BELLOWS_EXPECTS(n >= 1 && n <= max_batch_, "mlp: a batch of ", n, " samples, max_batch is ",
-                    max_batch_);
-    BELLOWS_EXPECTS(x.size() == n * widths[0], "mlp: ", x.size(), " inputs for ", n, " samples of ",
-                    widths[0]);
+    BELLOWS_EXPECTS(n >= 1 && n <= max_batch_, "mlp: a batch of ", n, " samples, max_batch is ", max_batch_);
+    BELLOWS_EXPECTS(x.size() == n * widths[0], "mlp: ", x.size(), " inputs for ", n, " samples of ", widths[0]);
     std::ranges::fill(act_[0], T(0));
     for (std::size_t b = 0; b < n; ++b)
       for (std::size_t i = 0; i < widths[0]; ++i) act_[0][i * ld_ + b] = x[b * widths[0] + i];
@@ -182,8 +175,8 @@ private:
       std::vector<T>& y = act_[f + 1];
       const std::span<const T> bias = parameter(2 * f + 1);
       for (std::size_t o = 0; o < out; ++o) std::fill_n(y.begin() + static_cast<std::ptrdiff_t>(o * ld_), ld_, bias[o]);
-      multiply_add(out, ld_, widths[f], parameter(2 * f).data(), widths[f], std::size_t{1},
-                   act_[f].data(), ld_, y.data(), ld_);
+      multiply_add(out, ld_, widths[f], parameter(2 * f).data(), widths[f], std::size_t{1}, act_[f].data(), ld_,
+                   y.data(), ld_);
       if (f + 1 == depth) break;
       for (T& v : y) v = std::max(v, T(0));
       for (std::size_t b = 0; b < n; ++b)
@@ -208,8 +201,7 @@ private:
     if (f == 0) return;
     std::vector<T>& below = delta_[f];
     std::ranges::fill(below, T(0));
-    multiply_add(in, ld_, out, parameter(2 * f).data(), std::size_t{1}, in, d.data(), ld_,
-                 below.data(), ld_);
+    multiply_add(in, ld_, out, parameter(2 * f).data(), std::size_t{1}, in, d.data(), ld_, below.data(), ld_);
     const std::vector<T>& a = act_[f];  // ReLU output: its derivative is 1 where a > 0
     for (std::size_t i = 0; i < below.size(); ++i)
       if (a[i] <= T(0)) below[i] = T(0);
@@ -245,9 +237,8 @@ public:
   }
 
   void step(std::span<T> params, std::span<const T> grads, T lr) {
-    BELLOWS_EXPECTS(params.size() == velocity_.size() && grads.size() == velocity_.size(),
-                    "sgd: ", params.size(), " parameters and ", grads.size(), " gradients for ",
-                    velocity_.size());
+    BELLOWS_EXPECTS(params.size() == velocity_.size() && grads.size() == velocity_.size(), "sgd: ", params.size(),
+                    " parameters and ", grads.size(), " gradients for ", velocity_.size());
     for (std::size_t i = 0; i < params.size(); ++i) {
       velocity_[i] = momentum_ * velocity_[i] + (grads[i] + weight_decay_ * params[i]);
       params[i] -= lr * velocity_[i];

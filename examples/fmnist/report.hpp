@@ -47,11 +47,11 @@ struct run_summary {
   std::string label;
   std::size_t seeds = 0;
   double accuracy_mean = 0, accuracy_min = 0, accuracy_max = 0;  ///< final test accuracy in [0, 1]
-  double floats = 0;      ///< values one worker sent over the run, mean over seeds
-  double bytes = 0;       ///< bytes one worker sent over the run, mean over seeds
-  double seconds = 0;     ///< wall time of one run, mean over seeds
-  double high_share = 0;  ///< share of the compressed layers' element-epochs run at the high level
-  double drop = 0, drop_worst = 0;  ///< deepest_drop, mean and max over the seeds
+  double floats = 0;                 ///< values one worker sent over the run, mean over seeds
+  double bytes = 0;                  ///< bytes one worker sent over the run, mean over seeds
+  double seconds = 0;                ///< wall time of one run, mean over seeds
+  double high_share = 0;             ///< share of the compressed layers' element-epochs run at the high level
+  double drop = 0, drop_worst = 0;   ///< deepest_drop, mean and max over the seeds
   std::vector<double> epoch_floats;  ///< values one worker sent during each epoch, mean over seeds
 
   [[nodiscard]] double spread() const noexcept { return accuracy_max - accuracy_min; }
@@ -202,9 +202,8 @@ inline void write_text(const std::filesystem::path& path, std::string_view text)
       "%zu training images (%zu per epoch) and %zu test images; MLP 784-256-128-10; %zu workers x batch %zu; "
       "SGD momentum %g, weight decay %g; %zu epochs, lr %g x%g from epoch",
       t.train_images(data), t.epoch_images(data), t.test_images(data), t.workers, t.batch,
-      static_cast<double>(t.momentum),
-      static_cast<double>(t.weight_decay), t.epochs, static_cast<double>(t.schedule.base),
-      static_cast<double>(t.schedule.factor));
+      static_cast<double>(t.momentum), static_cast<double>(t.weight_decay), t.epochs,
+      static_cast<double>(t.schedule.base), static_cast<double>(t.schedule.factor));
   for (const std::size_t m : t.schedule.milestones) s += detail::format(" %zu", m);
   s += detail::format("; Accordion interval %zu epoch%s, eta %g, level change %s; seeds", config.accordion.interval,
                       config.accordion.interval == 1 ? "" : "s", static_cast<double>(config.accordion.eta),
@@ -219,8 +218,19 @@ inline void write_text(const std::filesystem::path& path, std::string_view text)
   summary sum;
   sum.runs.reserve(config.runs.size());  // verdicts point into it
   for (const run_spec& spec : config.runs) {
-    run_summary r{spec, config.label(spec), 0, 0, std::numeric_limits<double>::infinity(),
-                  -std::numeric_limits<double>::infinity(), 0, 0, 0, 0, 0, 0, {}};
+    run_summary r{spec,
+                  config.label(spec),
+                  0,
+                  0,
+                  std::numeric_limits<double>::infinity(),
+                  -std::numeric_limits<double>::infinity(),
+                  0,
+                  0,
+                  0,
+                  0,
+                  0,
+                  0,
+                  {}};
     for (const run_result& run : results) {
       if (!(run.spec == spec) || run.epochs.empty()) continue;
       const epoch_report& last = run.epochs.back().report;
@@ -277,11 +287,11 @@ inline void write_text(const std::filesystem::path& path, std::string_view text)
   std::string s;
   for (const family_verdict& v : sum.verdicts) {
     const bool holds = v.accuracy_holds() && v.floats_hold();
-    s += detail::format(
-        "%s: the claim %s. Accordion %.2f%% vs static low %.2f%% (%+.2f points, tolerance %.2f), "
-        "with %.1f%% of static low's floats (target <= %.0f%%",
-        v.accordion->label.c_str(), holds ? "HOLDS" : "does NOT hold", 100 * v.accordion->accuracy_mean,
-        100 * v.low->accuracy_mean, 100 * v.gap(), 100 * v.tolerance, 100 * v.floats_ratio, 100 * floats_target);
+    s += detail::format("%s: the claim %s. Accordion %.2f%% vs static low %.2f%% (%+.2f points, tolerance %.2f), "
+                        "with %.1f%% of static low's floats (target <= %.0f%%",
+                        v.accordion->label.c_str(), holds ? "HOLDS" : "does NOT hold", 100 * v.accordion->accuracy_mean,
+                        100 * v.low->accuracy_mean, 100 * v.gap(), 100 * v.tolerance, 100 * v.floats_ratio,
+                        100 * floats_target);
     if (!std::isnan(v.floor)) s += detail::format("; the schedule alone forces %.1f%%", 100 * v.floor);
     s += ")";
     if (!v.accuracy_holds()) s += "; accuracy outside the tolerance";
@@ -291,8 +301,7 @@ inline void write_text(const std::filesystem::path& path, std::string_view text)
     if (v.high != nullptr) {
       const double high_gap = v.high->accuracy_mean - v.low->accuracy_mean;
       s += detail::format(". Static high: %.2f%% (%+.2f points) with %.0f%% of static low's floats",
-                          100 * v.high->accuracy_mean, 100 * high_gap,
-                          100 * v.high->floats / v.low->floats);
+                          100 * v.high->accuracy_mean, 100 * high_gap, 100 * v.high->floats / v.low->floats);
       if (high_gap >= -v.tolerance - 1e-9)
         s += " - also within the tolerance, so on this task the high level alone loses no accuracy";
     }
@@ -304,8 +313,8 @@ inline void write_text(const std::filesystem::path& path, std::string_view text)
 /// results.json: the configuration, the model's tensors, and per run and seed every epoch's
 /// figures (test accuracy and loss, train loss, cumulative floats and bytes sent by one worker,
 /// seconds, and the level of every tensor during the epoch).
-inline void write_results_json(const std::filesystem::path& path, const comparison_config& config,
-                               const dataset& data, std::span<const run_result> results) {
+inline void write_results_json(const std::filesystem::path& path, const comparison_config& config, const dataset& data,
+                               std::span<const run_result> results) {
   using detail::format, detail::json_number, detail::json_string;
   const train_options& t = config.train;
   std::string s = "{\n  \"config\": {";
@@ -328,10 +337,12 @@ inline void write_results_json(const std::filesystem::path& path, const comparis
   s += format("], \"high_rank\": %zu}", config.powersgd_high_rank);
   s += ", \"topk\": {\"low_ratio\": " + json_number(config.topk_low_ratio) +
        ", \"high_ratio\": " + json_number(config.topk_high_ratio) + "}},\n  \"layers\": [";
-  const std::vector<bellows::layer_info> layers = results.empty() ? std::vector<bellows::layer_info>{} : results.front().layers;
+  const std::vector<bellows::layer_info> layers =
+      results.empty() ? std::vector<bellows::layer_info>{} : results.front().layers;
   for (std::size_t id = 0; id < layers.size(); ++id) {
     s += (id ? ", " : "") + std::string("{\"name\": ") + json_string(layers[id].name) + ", \"shape\": [";
-    for (std::size_t d = 0; d < layers[id].shape.rank(); ++d) s += (d ? ", " : "") + std::to_string(layers[id].shape[d]);
+    for (std::size_t d = 0; d < layers[id].shape.rank(); ++d)
+      s += (d ? ", " : "") + std::to_string(layers[id].shape[d]);
     s += "]}";
   }
   s += "],\n  \"runs\": [";
@@ -346,12 +357,13 @@ inline void write_results_json(const std::filesystem::path& path, const comparis
     for (std::size_t e = 0; e < run.epochs.size(); ++e) {
       const epoch_report& r = run.epochs[e].report;
       s += e ? ",\n      {" : "\n      {";
-      s += format("\"epoch\": %zu, \"lr\": %s, \"test_accuracy\": %s, \"test_loss\": %s, \"train_loss\": %s, ",
-                  r.epoch, json_number(r.lr).c_str(), json_number(r.test_accuracy).c_str(),
-                  json_number(r.test_loss).c_str(), json_number(r.train_loss).c_str());
-      s += format("\"floats\": %llu, \"bytes\": %llu, \"steps\": %zu, \"skipped_steps\": %zu, \"seconds\": %s, \"levels\": [",
-                  static_cast<unsigned long long>(r.sent.elements), static_cast<unsigned long long>(r.sent.bytes),
-                  r.steps, r.skipped_steps, json_number(r.seconds).c_str());
+      s += format("\"epoch\": %zu, \"lr\": %s, \"test_accuracy\": %s, \"test_loss\": %s, \"train_loss\": %s, ", r.epoch,
+                  json_number(r.lr).c_str(), json_number(r.test_accuracy).c_str(), json_number(r.test_loss).c_str(),
+                  json_number(r.train_loss).c_str());
+      s += format(
+          "\"floats\": %llu, \"bytes\": %llu, \"steps\": %zu, \"skipped_steps\": %zu, \"seconds\": %s, \"levels\": [",
+          static_cast<unsigned long long>(r.sent.elements), static_cast<unsigned long long>(r.sent.bytes), r.steps,
+          r.skipped_steps, json_number(r.seconds).c_str());
       const std::vector<level>& levels = run.epochs[e].levels;
       for (std::size_t id = 0; id < levels.size(); ++id) s += (id ? ", " : "") + json_string(to_string(levels[id]));
       s += "]}";
@@ -363,19 +375,18 @@ inline void write_results_json(const std::filesystem::path& path, const comparis
 }
 
 /// results.md: what ran, the final table, the verdicts, and the plots with how to read them.
-inline void write_results_md(const std::filesystem::path& path, const comparison_config& config,
-                             const dataset& data, const summary& sum) {
+inline void write_results_md(const std::filesystem::path& path, const comparison_config& config, const dataset& data,
+                             const summary& sum) {
   using detail::format;
   const run_summary* uncompressed = sum.find({method::uncompressed, policy::static_low});
   std::string s = "# Accordion on Fashion-MNIST\n\n";
   s += describe(config, data) + ".\n\n";
   const std::size_t checks = (config.train.epochs + config.accordion.interval - 1) / config.accordion.interval;
-  s += format(
-      "Accordion checks each layer's gradient norm at the end of every epoch e with e %% %zu == 0 "
-      "(%zu checks in %zu epochs; the paper checks every 10 of 300 epochs, 30 checks), switches a "
-      "layer to the high level when the norm changed by less than %g of its previous value, and "
-      "puts every layer back on the low level after each learning-rate decay until the next check.\n\n",
-      config.accordion.interval, checks, config.train.epochs, static_cast<double>(config.accordion.eta));
+  s += format("Accordion checks each layer's gradient norm at the end of every epoch e with e %% %zu == 0 "
+              "(%zu checks in %zu epochs; the paper checks every 10 of 300 epochs, 30 checks), switches a "
+              "layer to the high level when the norm changed by less than %g of its previous value, and "
+              "puts every layer back on the low level after each learning-rate decay until the next check.\n\n",
+              config.accordion.interval, checks, config.train.epochs, static_cast<double>(config.accordion.eta));
   if (!config.rationale.empty()) s += config.rationale + "\n\n";
   s += "| run | final test accuracy (mean over seeds) | spread (max - min) | floats sent per worker "
        "| vs uncompressed | vs static low | bytes vs uncompressed | epochs at high level "
@@ -405,7 +416,8 @@ inline void write_results_md(const std::filesystem::path& path, const comparison
   for (std::size_t e = 0; e < config.train.epochs; ++e)
     if (schedule_forces_low(config, e)) s += format(" %zu", e);
   s += format(" (numbered from 0) of %zu, whatever the norms say: the floor below is the share of "
-              "static low's floats that costs.\n\n", config.train.epochs);
+              "static low's floats that costs.\n\n",
+              config.train.epochs);
   const std::string verdicts =
       sum.verdicts.empty() ? "No family was trained with both static low and Accordion.\n" : verdict_lines(sum);
   std::size_t from = 0;

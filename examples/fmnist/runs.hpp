@@ -156,12 +156,13 @@ struct comparison_config {
                       " low levels, the configuration has ", pairs);
     }
     BELLOWS_EXPECTS(topk_low_ratio > 0 && topk_low_ratio <= 1 && topk_high_ratio > 0 && topk_high_ratio <= 1,
-                    "fmnist comparison: top-k ratios must be in (0, 1], got low ", topk_low_ratio,
-                    " and high ", topk_high_ratio);
+                    "fmnist comparison: top-k ratios must be in (0, 1], got low ", topk_low_ratio, " and high ",
+                    topk_high_ratio);
     accordion.validate();
     BELLOWS_EXPECTS((train.checkpoint.empty() && train.resume.empty()) || (runs.size() == 1 && seeds.size() == 1),
                     "fmnist comparison: a checkpoint holds one training; choose one run and one seed "
-                    "(got ", runs.size(), " runs and ", seeds.size(), " seeds)");
+                    "(got ",
+                    runs.size(), " runs and ", seeds.size(), " seeds)");
   }
 };
 
@@ -185,19 +186,18 @@ inline void set_epochs(comparison_config& config, std::size_t epochs) {
   set_epochs(config, 48);
   config.train.epoch_limit = 10000;
   config.accordion.interval = 1;
-  config.rationale =
-      "Why these settings (fixed before the run, not tuned to its outcome). The schedule must leave "
-      "Accordion room to save floats: with the paper's rule every epoch up to the second check and "
-      "every epoch from a learning-rate decay to the next check run at the low level whatever the "
-      "norms say. The previous 12 epochs with a check every 2 forced 6 of 12 epochs low (a floor "
-      "of 65% of static low's floats for PowerSGD 4 <-> 1, above the 60% target). Here 48 shorter "
-      "epochs (10000 images each, a fresh shuffle of the 60000 every epoch: 8 passes over the data, "
-      "what 18 runs can train in about 15 minutes on 2 unloaded cores) with a check after every "
-      "epoch force 4 epochs (0, 1, 24, 36) of 48 low; the floor in each verdict gives the "
-      "share of static low's floats that this alone costs. Decays x0.1 at 50% and 75% of the epochs "
-      "and lr 0.05 as before (at 0.1 PowerSGD rank 1 was unstable). The paper checks every 10 of 300 "
-      "epochs (every 3.3% of the training); a check per epoch here is every 2.1%. eta 0.5 as in the "
-      "paper. PowerSGD runs the paper's pair rank 2 <-> 1 beside 4 <-> 1.";
+  config.rationale = "Why these settings (fixed before the run, not tuned to its outcome). The schedule must leave "
+                     "Accordion room to save floats: with the paper's rule every epoch up to the second check and "
+                     "every epoch from a learning-rate decay to the next check run at the low level whatever the "
+                     "norms say. The previous 12 epochs with a check every 2 forced 6 of 12 epochs low (a floor "
+                     "of 65% of static low's floats for PowerSGD 4 <-> 1, above the 60% target). Here 48 shorter "
+                     "epochs (10000 images each, a fresh shuffle of the 60000 every epoch: 8 passes over the data, "
+                     "what 18 runs can train in about 15 minutes on 2 unloaded cores) with a check after every "
+                     "epoch force 4 epochs (0, 1, 24, 36) of 48 low; the floor in each verdict gives the "
+                     "share of static low's floats that this alone costs. Decays x0.1 at 50% and 75% of the epochs "
+                     "and lr 0.05 as before (at 0.1 PowerSGD rank 1 was unstable). The paper checks every 10 of 300 "
+                     "epochs (every 3.3% of the training); a check per epoch here is every 2.1%. eta 0.5 as in the "
+                     "paper. PowerSGD runs the paper's pair rank 2 <-> 1 beside 4 <-> 1.";
   return config;
 }
 
@@ -211,9 +211,8 @@ inline void set_epochs(comparison_config& config, std::size_t epochs) {
   config.train.train_limit = 4800;
   config.train.test_limit = 1000;
   config.accordion.interval = 1;
-  config.rationale =
-      "The quick configuration shows that everything runs; 4800 images and 6 epochs say nothing "
-      "about the claim. scripts/demo.sh without --quick trains the comparison that does.";
+  config.rationale = "The quick configuration shows that everything runs; 4800 images and 6 epochs say nothing "
+                     "about the claim. scripts/demo.sh without --quick trains the comparison that does.";
   return config;
 }
 
@@ -227,8 +226,8 @@ struct run_result {
   run_spec spec;
   std::uint64_t seed = 0;
   std::vector<bellows::layer_info> layers;  ///< the model's tensors: id, name, shape
-  std::vector<epoch_record> epochs;  ///< every epoch, on a resume those of the checkpoint too
-  double seconds = 0;  ///< wall time of the whole run (on a resume: the checkpoint's epochs' plus this one's)
+  std::vector<epoch_record> epochs;         ///< every epoch, on a resume those of the checkpoint too
+  double seconds = 0;          ///< wall time of the whole run (on a resume: the checkpoint's epochs' plus this one's)
   std::vector<float> weights;  ///< the final parameters
 };
 
@@ -264,9 +263,9 @@ template <class Sync>
   std::vector<level> out;
   const auto telemetry = sync.telemetry();
   for (std::size_t id = 0; id < telemetry.size(); ++id)
-    out.push_back(uncompressed || !telemetry[id].participates       ? level::dense
-                  : (report.high_levels >> id & 1) != 0 ? level::high
-                                                        : level::low);
+    out.push_back(uncompressed || !telemetry[id].participates ? level::dense
+                  : (report.high_levels >> id & 1) != 0       ? level::high
+                                                              : level::low);
   return out;
 }
 
@@ -300,26 +299,26 @@ struct recorder {
 
 /// Trains one run for one seed with synchronizers built by make_sync() (layers not yet added).
 template <class Trainer, class MakeSync>
-run_result run_one(const dataset& data, const comparison_config& config, const run_spec& spec,
-                   std::uint64_t seed, const Trainer& trainer, MakeSync make_sync,
-                   const progress_callback& progress) {
+run_result run_one(const dataset& data, const comparison_config& config, const run_spec& spec, std::uint64_t seed,
+                   const Trainer& trainer, MakeSync make_sync, const progress_callback& progress) {
   train_options options = config.train;
   options.seed = seed;
   run_result result{spec, seed, {}, {}, 0, {}};
   double resumed_seconds = 0;
-  const recorder record{&result, spec.how == method::uncompressed, std::chrono::steady_clock::now(),
-                        &progress, &resumed_seconds};
+  const recorder record{&result, spec.how == method::uncompressed, std::chrono::steady_clock::now(), &progress,
+                        &resumed_seconds};
   std::once_flag first;
   result.weights = trainer(
-      data, options,
-      [&](std::span<const bellows::layer_info> layers) {
-        auto sync = make_sync();
-        sync.set_level_change(config.level_change);
-        for (const bellows::layer_info& l : layers) sync.add_layer(l.name, l.shape);
-        std::call_once(first, [&] { result.layers.assign(layers.begin(), layers.end()); });
-        return sync;
-      },
-      record).weights;
+                       data, options,
+                       [&](std::span<const bellows::layer_info> layers) {
+                         auto sync = make_sync();
+                         sync.set_level_change(config.level_change);
+                         for (const bellows::layer_info& l : layers) sync.add_layer(l.name, l.shape);
+                         std::call_once(first, [&] { result.layers.assign(layers.begin(), layers.end()); });
+                         return sync;
+                       },
+                       record)
+                       .weights;
   return result;
 }
 
@@ -345,7 +344,9 @@ std::vector<run_result> run_comparison(const dataset& data, const comparison_con
       // level) under the run's policy.
       const auto run_levels = [&](const auto& critical, const auto& normal) {
         if (spec.when == policy::accordion)
-          run([&] { return bellows::synchronizer(critical, normal, bellows::accordion(config.accordion, exec), exec); });
+          run([&] {
+            return bellows::synchronizer(critical, normal, bellows::accordion(config.accordion, exec), exec);
+          });
         else
           run([&] {
             return bellows::synchronizer(critical, normal, bellows::static_policy(static_regime(spec.when)), exec);

@@ -57,13 +57,12 @@ struct panel {
 }
 
 /// A text element; `text` is escaped for XML.
-[[nodiscard]] inline std::string svg_text(double x, double y, const std::string& text,
-                                          const char* anchor = "start", const char* extra = "") {
+[[nodiscard]] inline std::string svg_text(double x, double y, const std::string& text, const char* anchor = "start",
+                                          const char* extra = "") {
   std::string escaped;
   for (const char ch : text)
     escaped += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : std::string(1, ch);
-  return format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" %s>%s</text>\n", x, y, anchor, extra,
-                escaped.c_str());
+  return format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" %s>%s</text>\n", x, y, anchor, extra, escaped.c_str());
 }
 
 [[nodiscard]] inline std::string svg_open(double width, double height, const std::string& title) {
@@ -90,7 +89,8 @@ struct panel {
     for (double v = std::ceil(p.y_min / step) * step; v <= p.y_max + step * 1e-6; v += step) {
       s += format("<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e3e3\"/>\n", p.left,
                   p.left + p.width, p.y(v), p.y(v));
-      s += svg_text(p.left - 6, p.y(v) + 4, percent ? format("%g%%", std::round(v * 1000) / 10) : format("%g", v), "end");
+      s += svg_text(p.left - 6, p.y(v) + 4, percent ? format("%g%%", std::round(v * 1000) / 10) : format("%g", v),
+                    "end");
     }
   }
   // x ticks: every epoch when they fit, else a round step
@@ -98,23 +98,23 @@ struct panel {
   const std::size_t every = n <= 20 ? 1 : static_cast<std::size_t>(tick_step(static_cast<double>(n), 10));
   for (std::size_t e = p.first_epoch; e <= p.last_epoch; ++e) {
     if (e % every != 0 && e != p.first_epoch) continue;
-    s += format("<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n", p.x(static_cast<double>(e)),
-                p.x(static_cast<double>(e)), p.top + p.height, p.top + p.height + 4);
+    s += format("<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n",
+                p.x(static_cast<double>(e)), p.x(static_cast<double>(e)), p.top + p.height, p.top + p.height + 4);
     s += svg_text(p.x(static_cast<double>(e)), p.top + p.height + 17, std::to_string(e), "middle");
   }
   // decays happen between epoch m and m + 1 (1-based), at the boundary that starts epoch index m
   for (const std::size_t m : decays) {
     const double x = p.x(static_cast<double>(m) + 0.5);
     if (m < p.first_epoch || m >= p.last_epoch) continue;
-    s += format("<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#999\" stroke-dasharray=\"4 3\"/>\n",
-                x, x, p.top, p.top + p.height);
+    s += format("<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#999\" stroke-dasharray=\"4 3\"/>\n", x,
+                x, p.top, p.top + p.height);
     s += svg_text(x + 3, p.top + 12, "lr decay", "start", "fill=\"#777\" font-size=\"10\"");
   }
-  s += format("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#444\"/>\n",
-              p.left, p.top, p.width, p.height);
+  s += format("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#444\"/>\n", p.left,
+              p.top, p.width, p.height);
   s += svg_text(p.left + p.width / 2, p.top + p.height + 34, "epoch", "middle");
-  s += format("<text transform=\"translate(%.1f %.1f) rotate(-90)\" text-anchor=\"middle\">%s</text>\n",
-              p.left - 52, p.top + p.height / 2, y_label.c_str());
+  s += format("<text transform=\"translate(%.1f %.1f) rotate(-90)\" text-anchor=\"middle\">%s</text>\n", p.left - 52,
+              p.top + p.height / 2, y_label.c_str());
   return s;
 }
 
@@ -197,12 +197,11 @@ template <class Value>
 /// learning-rate decay on (or the second half) zoomed on the right.
 [[nodiscard]] inline std::string accuracy_svg(const comparison_config& config, std::span<const run_result> results) {
   using namespace detail;
-  const std::vector<series> lines =
-      mean_series(config, results, [](const epoch_report& r) { return r.test_accuracy; });
+  const std::vector<series> lines = mean_series(config, results, [](const epoch_report& r) { return r.test_accuracy; });
   const std::size_t epochs = config.train.epochs;
   const std::vector<std::size_t>& decays = config.train.schedule.milestones;
   const std::size_t zoom_from = std::clamp<std::size_t>(decays.empty() ? epochs / 2 + 1 : decays.front() + 1, 1,
-                                                       std::max<std::size_t>(epochs - 1, 1));
+                                                        std::max<std::size_t>(epochs - 1, 1));
   std::string s = svg_open(1100, 440, "Test accuracy per epoch (mean over seeds)");
   const auto [lo, hi] = accuracy_range(lines, 1, epochs);
   const panel all{80, 50, 380, 320, 1, epochs, lo, hi};
@@ -261,8 +260,9 @@ template <class Value>
   }
   double y = 70;
   for (const run_result* r : runs) {
-    s += svg_text(8, y + 12, format("%s, seed %llu", config.label(r->spec).c_str(),
-                                    static_cast<unsigned long long>(r->seed)), "start", "font-weight=\"bold\"");
+    s += svg_text(8, y + 12,
+                  format("%s, seed %llu", config.label(r->spec).c_str(), static_cast<unsigned long long>(r->seed)),
+                  "start", "font-weight=\"bold\"");
     y += 22;
     for (std::size_t id = 0; id < r->layers.size(); ++id, y += row) {
       s += svg_text(left - 8, y + 12, r->layers[id].name, "end");
@@ -284,7 +284,8 @@ template <class Value>
     if (m > 0 && m < epochs) {
       const double x = left + cell * static_cast<double>(m);
       s += format("<line x1=\"%.1f\" x2=\"%.1f\" y1=\"64\" y2=\"%.1f\" stroke=\"#333\" stroke-width=\"1.5\" "
-                  "stroke-dasharray=\"3 2\"/>\n", x, x, y);
+                  "stroke-dasharray=\"3 2\"/>\n",
+                  x, x, y);
     }
   s += svg_text(20, y + 44, "epoch (triangle: a check ends the epoch; dashed line: learning-rate decay)", "start",
                 "fill=\"#555\"");

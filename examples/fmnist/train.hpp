@@ -59,8 +59,8 @@ namespace fmnist {
 /// What the training loop asks of the object that averages the gradients on one worker, over
 /// the collective Coll.
 template <class A, class Coll = bellows::collectives::local>
-concept gradient_averaging = requires(A& a, const A& ca, std::span<const std::span<float>> grads,
-                                      Coll& comm, float lr) {
+concept gradient_averaging = requires(A& a, const A& ca, std::span<const std::span<float>> grads, Coll& comm,
+                                      float lr) {
   { a.step(grads, comm) } -> std::convertible_to<std::span<const bellows::step_status>>;
   a.end_epoch(lr, comm);
   { ca.total_sent() } -> std::convertible_to<bellows::traffic>;
@@ -83,8 +83,8 @@ public:
 
   template <bellows::Collective C>
   std::span<const bellows::step_status> step(std::span<const std::span<float>> grads, C& comm) {
-    BELLOWS_EXPECTS(grads.size() == states_.size(), "uncompressed_averaging: ", grads.size(),
-                    " gradients for ", states_.size(), " layers");
+    BELLOWS_EXPECTS(grads.size() == states_.size(), "uncompressed_averaging: ", grads.size(), " gradients for ",
+                    states_.size(), " layers");
     for (std::size_t id = 0; id < grads.size(); ++id) {
       const bellows::reduce_result r = identity_.reduce(states_[id], grads[id], comm);
       statuses_[id] = r.status;
@@ -119,7 +119,7 @@ struct train_options {
   /// Images per epoch: each epoch trains on the first epoch_limit images of its own shuffle of
   /// the training images, a fresh subset every epoch (0: all of them).
   std::size_t epoch_limit = 0;
-  std::size_t test_limit = 0;   ///< test on the first test_limit images (0: all)
+  std::size_t test_limit = 0;        ///< test on the first test_limit images (0: all)
   std::filesystem::path checkpoint;  ///< when set, the training state is saved here after every epoch
   std::filesystem::path resume;      ///< when set, training continues from the state saved in this file
 
@@ -131,8 +131,8 @@ struct train_options {
     BELLOWS_EXPECTS(epoch_images(data) / workers >= batch, "fmnist: ", epoch_images(data),
                     " training images per epoch are too few for ", workers, " workers of batch ", batch);
     BELLOWS_EXPECTS(test_images(data) >= 1, "fmnist: no test images");
-    BELLOWS_EXPECTS(std::isfinite(schedule.base) && schedule.base > 0,
-                    "fmnist: learning rate must be > 0, got ", schedule.base);
+    BELLOWS_EXPECTS(std::isfinite(schedule.base) && schedule.base > 0, "fmnist: learning rate must be > 0, got ",
+                    schedule.base);
   }
   [[nodiscard]] std::size_t train_images(const dataset& data) const noexcept {
     return train_limit == 0 ? data.train.count : std::min(train_limit, data.train.count);
@@ -240,8 +240,8 @@ static_assert(std::is_trivially_copyable_v<epoch_report>, "epoch reports are sav
 template <class Model, class Optimizer, class Averaging>
 class training_checkpoint {
 public:
-  training_checkpoint(const train_options& options, std::size_t train_count, std::size_t epoch_count,
-                      Model& model, Optimizer& optimizer, Averaging& averaging)
+  training_checkpoint(const train_options& options, std::size_t train_count, std::size_t epoch_count, Model& model,
+                      Optimizer& optimizer, Averaging& averaging)
       : options_(&options), train_count_(train_count), epoch_count_(epoch_count), model_(&model),
         optimizer_(&optimizer), averaging_(&averaging) {}
 
@@ -341,8 +341,10 @@ template <class Averaging>
   std::uint64_t bits = 0;
   if constexpr (requires { averaging.telemetry(); }) {
     const auto layers = averaging.telemetry();
-    BELLOWS_EXPECTS(layers.size() <= 64, "fmnist: epoch reports record the levels of at most 64 tensors, the "
-                    "model has ", layers.size());
+    BELLOWS_EXPECTS(layers.size() <= 64,
+                    "fmnist: epoch reports record the levels of at most 64 tensors, the "
+                    "model has ",
+                    layers.size());
     for (std::size_t id = 0; id < layers.size(); ++id)
       if (layers[id].level == bellows::regime::normal) bits |= std::uint64_t{1} << id;
   }
@@ -352,8 +354,8 @@ template <class Averaging>
 /// The training loop of one worker, rank comm.rank() of comm.size(), on the images of `table`'s
 /// standardisation. Returns the weights on every rank and the epoch reports on rank 0.
 template <bellows::Collective Coll, class MakeAveraging, class OnEpoch>
-train_result train_worker(const dataset& data, const train_options& options, std::span<const float> table,
-                          Coll& comm, MakeAveraging& make_averaging, OnEpoch& on_epoch) {
+train_result train_worker(const dataset& data, const train_options& options, std::span<const float> table, Coll& comm,
+                          MakeAveraging& make_averaging, OnEpoch& on_epoch) {
   const std::size_t train_count = options.train_images(data), test_count = options.test_images(data);
   const std::size_t epoch_count = options.epoch_images(data);
   const std::size_t batch = options.batch;
@@ -362,8 +364,7 @@ train_result train_worker(const dataset& data, const train_options& options, std
   sgd<float> optimizer(model.parameters().size(), options.momentum, options.weight_decay);
   auto averaging = make_averaging(model.layers());
   using averaging_type = decltype(averaging);
-  static_assert(gradient_averaging<averaging_type, Coll>,
-                "make_averaging must return a gradient_averaging object");
+  static_assert(gradient_averaging<averaging_type, Coll>, "make_averaging must return a gradient_averaging object");
   train_result result;
   std::size_t first_epoch = 0;
   const bool checkpoints = !options.checkpoint.empty() || !options.resume.empty();
@@ -408,8 +409,7 @@ train_result train_worker(const dataset& data, const train_options& options, std
       gather(data.train, items, table, x, labels);
       train_loss += static_cast<double>(model.train_batch(x, labels));
       bool ok = true;
-      for (const bellows::step_status s : averaging.step(grads, comm))
-        ok = ok && s == bellows::step_status::ok;
+      for (const bellows::step_status s : averaging.step(grads, comm)) ok = ok && s == bellows::step_status::ok;
       if (ok)
         optimizer.step(model.parameters(), model.gradients(), lr);
       else
@@ -478,8 +478,8 @@ train_result train(const dataset& data, const train_options& options, MakeAverag
 /// every rank calls it with the same options. `on_epoch` is called on rank 0; the result holds
 /// the weights on every rank and the epoch reports on rank 0.
 template <bellows::Collective Coll, class MakeAveraging, class OnEpoch = ignore_epoch>
-train_result train_rank(const dataset& data, const train_options& options, Coll& comm,
-                        MakeAveraging make_averaging, OnEpoch on_epoch = {}) {
+train_result train_rank(const dataset& data, const train_options& options, Coll& comm, MakeAveraging make_averaging,
+                        OnEpoch on_epoch = {}) {
   train_options mine = options;
   mine.workers = comm.size();
   mine.validate(data);

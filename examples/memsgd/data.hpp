@@ -61,8 +61,7 @@ struct dataset {
 namespace detail {
 
 /// Appends a row given as (index, value) pairs with ascending indices, scaled to unit norm.
-inline void append_unit_row(dataset& data, std::span<const std::pair<std::uint32_t, float>> entries,
-                            float label) {
+inline void append_unit_row(dataset& data, std::span<const std::pair<std::uint32_t, float>> entries, float label) {
   double sq = 0;
   for (const auto& [j, v] : entries) sq += static_cast<double>(v) * v;
   BELLOWS_EXPECTS(sq > 0, "memsgd: ", data.name, ": row ", data.n(), " has no non-zero feature");
@@ -94,8 +93,8 @@ struct draws {
 [[nodiscard]] inline dataset binary_fmnist(const fmnist::split& split, std::size_t limit = 0, unsigned positive = 0,
                                            unsigned negative = 6) {
   BELLOWS_EXPECTS(positive < fmnist::classes && negative < fmnist::classes && positive != negative,
-                  "memsgd: binary_fmnist needs two different classes in 0..", fmnist::classes - 1,
-                  ", got ", positive, " and ", negative);
+                  "memsgd: binary_fmnist needs two different classes in 0..", fmnist::classes - 1, ", got ", positive,
+                  " and ", negative);
   dataset data;
   data.name = "fmnist-" + std::to_string(positive) + "v" + std::to_string(negative);
   data.d = fmnist::image_size;
@@ -123,8 +122,8 @@ struct sparse_recipe {
 
 [[nodiscard]] inline dataset synthetic_sparse(const sparse_recipe& r) {
   BELLOWS_EXPECTS(r.n >= 1 && r.d >= 2 && r.nnz >= 2 && 3 * r.nnz / 2 <= r.d / 2,
-                  "memsgd: sparse_recipe needs n >= 1, nnz >= 2 and 3 nnz / 2 <= d / 2, got n = ",
-                  r.n, ", d = ", r.d, ", nnz = ", r.nnz);
+                  "memsgd: sparse_recipe needs n >= 1, nnz >= 2 and 3 nnz / 2 <= d / 2, got n = ", r.n, ", d = ", r.d,
+                  ", nnz = ", r.nnz);
   dataset data;
   data.name = "sparse-d" + std::to_string(r.d);
   data.d = r.d;
@@ -141,7 +140,8 @@ struct sparse_recipe {
   for (std::size_t i = 0; i < r.n; ++i) {
     detail::draws rng{{r.seed, static_cast<std::uint32_t>(i), 1, 0}};
     const std::size_t lo = r.nnz / 2, hi = 3 * r.nnz / 2;
-    const std::size_t m = lo + std::min(hi - lo, static_cast<std::size_t>(rng.uniform() * static_cast<double>(hi - lo + 1)));
+    const std::size_t m =
+        lo + std::min(hi - lo, static_cast<std::size_t>(rng.uniform() * static_cast<double>(hi - lo + 1)));
     row.clear();
     while (row.size() < m) {
       const double target = (1.0 - rng.uniform()) * total;  // in [0, total)
@@ -166,8 +166,7 @@ struct sparse_recipe {
   for (double v : margin) var += (v - mean) * (v - mean);
   const double spread = std::sqrt(var / static_cast<double>(r.n));
   detail::draws noise{{r.seed, 0, 2, 0}};
-  for (std::size_t i = 0; i < r.n; ++i)
-    data.label[i] = margin[i] + 0.5 * spread * noise.normal() >= 0 ? 1.0f : -1.0f;
+  for (std::size_t i = 0; i < r.n; ++i) data.label[i] = margin[i] + 0.5 * spread * noise.normal() >= 0 ? 1.0f : -1.0f;
   return data;
 }
 

@@ -42,15 +42,16 @@ struct experiment_options {
   double gamma = 2;
   double shift_factor = 1;  ///< a = shift_factor d / k in the shifted schedule
   std::vector<std::size_t> ks{1, 10, 100};
-  std::vector<std::size_t> threads;  ///< lock-free thread counts, the first the baseline; empty: 1, 2, 4, ... up to the hardware's
-  unsigned jobs = 0;                 ///< sequential runs at a time; 0: hardware threads
+  std::vector<std::size_t>
+      threads;        ///< lock-free thread counts, the first the baseline; empty: 1, 2, 4, ... up to the hardware's
+  unsigned jobs = 0;  ///< sequential runs at a time; 0: hardware threads
   std::function<void(const std::string&)> log;  ///< progress lines, from any thread (serialised here)
 };
 
 /// What the scale of a mode is, per data set.
 struct scale {
-  double epochs = 1;           ///< sequential runs
-  double lock_free_epochs = 1; ///< total steps of a lock-free run, over all threads
+  double epochs = 1;            ///< sequential runs
+  double lock_free_epochs = 1;  ///< total steps of a lock-free run, over all threads
   std::size_t lock_free_k = 10;
 };
 
@@ -60,7 +61,9 @@ struct problem {
   optimum best;
   double optimum_seconds = 0;
   scale size;
-  [[nodiscard]] std::uint64_t steps() const { return static_cast<std::uint64_t>(size.epochs * static_cast<double>(data.n())); }
+  [[nodiscard]] std::uint64_t steps() const {
+    return static_cast<std::uint64_t>(size.epochs * static_cast<double>(data.n()));
+  }
 };
 
 struct lock_free_study {
@@ -144,9 +147,11 @@ inline constexpr const char* decaying_schedule = "decaying";
 ///  4. scaling: the second thread count (two by default) reaches the suboptimality the first (one)
 ///     had half way at least 1.5x sooner than the first.
 [[nodiscard]] inline std::vector<claim> check_claims(const std::vector<dataset_results>& sets,
-                                                    const experiment_options& o) {
+                                                     const experiment_options& o) {
   const auto fmt = [](double v) { return bellows::detail::concat(std::scientific, std::setprecision(2), v); };
-  const auto ratio = [](double a, double b) { return bellows::detail::concat(std::fixed, std::setprecision(2), a / b); };
+  const auto ratio = [](double a, double b) {
+    return bellows::detail::concat(std::fixed, std::setprecision(2), a / b);
+  };
 
   claim memory{"Mem-SGD converges at the rate of SGD; the same sparsification without memory does not", true, ""};
   claim topk{"top-k beats rand-k at equal k (both with memory)", true, ""};
@@ -161,8 +166,8 @@ inline constexpr const char* decaying_schedule = "decaying";
       const double without = s.find(shifted_schedule, {method_kind::topk, k, false}).final_suboptimality();
       const double rand_with = s.find(shifted_schedule, {method_kind::randk, k, true}).final_suboptimality();
       memory.held = memory.held && with <= 2 * sgd && without >= 10 * sgd;
-      memory.evidence += "; top-" + std::to_string(k) + " mem " + ratio(with, sgd) + "x SGD, no-mem " +
-                         ratio(without, sgd) + "x";
+      memory.evidence +=
+          "; top-" + std::to_string(k) + " mem " + ratio(with, sgd) + "x SGD, no-mem " + ratio(without, sgd) + "x";
       topk.held = topk.held && with <= rand_with;
       topk.evidence += " k=" + std::to_string(k) + " top " + fmt(with) + " vs rand " + fmt(rand_with) + ";";
     }
@@ -175,12 +180,14 @@ inline constexpr const char* decaying_schedule = "decaying";
     for (const std::size_t k : {std::size_t{1}, std::size_t{10}}) {
       const double b = s.find(decaying_schedule, {method_kind::topk, k, true}).bits_to(target);
       if (b > 0 && (best_topk < 0 || b < best_topk)) best_topk = b;
-      bits.evidence += " top-" + std::to_string(k) + " mem " + (b > 0 ? fmt(b) + " bits" : std::string("not reached")) + ";";
+      bits.evidence +=
+          " top-" + std::to_string(k) + " mem " + (b > 0 ? fmt(b) + " bits" : std::string("not reached")) + ";";
     }
     for (const unsigned q : {2u, 4u, 8u}) {
       const double b = s.find(decaying_schedule, {method_kind::qsgd, 0, false, q}).bits_to(target);
       if (b > 0 && (best_qsgd < 0 || b < best_qsgd)) best_qsgd = b;
-      bits.evidence += " QSGD " + std::to_string(q) + "-bit " + (b > 0 ? fmt(b) + " bits" : std::string("not reached")) + ";";
+      bits.evidence +=
+          " QSGD " + std::to_string(q) + "-bit " + (b > 0 ? fmt(b) + " bits" : std::string("not reached")) + ";";
     }
     const bool reached = best_topk > 0;
     bits.held = bits.held && reached && (best_qsgd < 0 || best_qsgd >= 100 * best_topk);
@@ -196,10 +203,11 @@ inline constexpr const char* decaying_schedule = "decaying";
     const double one = lf.front().time_to(s.lock_free.target);
     for (const lock_free_result& r : lf) {
       const double t = r.time_to(s.lock_free.target);
-      scaling.evidence += " T=" + std::to_string(r.threads) + " " +
-                          (t >= 0 ? bellows::detail::concat(std::fixed, std::setprecision(2), t, " s") : std::string("not reached")) +
-                          (t > 0 && one > 0 ? " (x" + ratio(one, t) + ")" : std::string()) + " on " +
-                          ratio(r.cpu_seconds, r.seconds) + " cores;";
+      scaling.evidence +=
+          " T=" + std::to_string(r.threads) + " " +
+          (t >= 0 ? bellows::detail::concat(std::fixed, std::setprecision(2), t, " s") : std::string("not reached")) +
+          (t > 0 && one > 0 ? " (x" + ratio(one, t) + ")" : std::string()) + " on " + ratio(r.cpu_seconds, r.seconds) +
+          " cores;";
     }
     const double two = lf[1].time_to(s.lock_free.target);
     scaling.held = scaling.held && one > 0 && two > 0 && one / two >= 1.5;
@@ -214,7 +222,8 @@ inline constexpr const char* decaying_schedule = "decaying";
 [[nodiscard]] inline std::vector<problem> make_problems(const experiment_options& o) {
   std::vector<problem> out;
   const fmnist::dataset images = fmnist::load(fmnist::data_dir(o.fmnist_dir));
-  out.push_back({binary_fmnist(images.train, o.quick ? 4000 : 0), 0, {}, 0, o.quick ? scale{3, 2, 10} : scale{10, 5, 10}});
+  out.push_back(
+      {binary_fmnist(images.train, o.quick ? 4000 : 0), 0, {}, 0, o.quick ? scale{3, 2, 10} : scale{10, 5, 10}});
   sparse_recipe recipe;
   recipe.seed = o.seed;
   if (o.quick) recipe.n = 2000;
@@ -229,7 +238,8 @@ inline constexpr const char* decaying_schedule = "decaying";
   res.options = options;
   res.hardware_threads = std::max(1u, std::thread::hardware_concurrency());
   if (res.options.threads.empty())
-    for (std::size_t t = 1; t <= std::max<std::size_t>(2, res.hardware_threads); t *= 2) res.options.threads.push_back(t);
+    for (std::size_t t = 1; t <= std::max<std::size_t>(2, res.hardware_threads); t *= 2)
+      res.options.threads.push_back(t);
   const experiment_options& o = res.options;
   std::mutex log_mutex;
   const auto say = [&](const std::string& line) {
@@ -281,7 +291,8 @@ inline constexpr const char* decaying_schedule = "decaying";
     s.n = p.data.n();
     s.d = p.data.d;
     s.density = p.data.density();
-    s.positive = static_cast<double>(std::count(p.data.label.begin(), p.data.label.end(), 1.0f)) / static_cast<double>(s.n);
+    s.positive =
+        static_cast<double>(std::count(p.data.label.begin(), p.data.label.end(), 1.0f)) / static_cast<double>(s.n);
     s.lambda = p.lambda;
     s.f_star = p.best.value;
     s.gap_bound = p.best.gap_bound;

@@ -52,23 +52,23 @@ struct lock_free_config {
   std::size_t threads = 1;
   std::uint64_t steps = 0;  ///< in total, over all threads
   std::size_t k = 10;
-  step_size eta;            ///< indexed by the global step number
+  step_size eta;  ///< indexed by the global step number
   std::uint64_t seed = 1;
   std::size_t snapshots = 60;
 };
 
 struct lock_free_snapshot {
   double seconds = 0;
-  std::uint64_t step = 0;     ///< the global step counter when the copy was taken
-  double suboptimality = 0;   ///< f(x) - f* of the copy
-  double averaged = 0;        ///< f - f* of the weighted average of the copies up to this one
+  std::uint64_t step = 0;    ///< the global step counter when the copy was taken
+  double suboptimality = 0;  ///< f(x) - f* of the copy
+  double averaged = 0;       ///< f - f* of the weighted average of the copies up to this one
 };
 
 struct lock_free_result {
   std::size_t threads = 0;
   std::uint64_t steps = 0;
-  double seconds = 0;      ///< from the common start until the last thread ended
-  double cpu_seconds = 0;  ///< processor time of the whole process over the same span (std::clock)
+  double seconds = 0;                         ///< from the common start until the last thread ended
+  double cpu_seconds = 0;                     ///< processor time of the whole process over the same span (std::clock)
   std::vector<lock_free_snapshot> snapshots;  ///< the last one taken after every thread ended
 
   [[nodiscard]] double steps_per_second() const { return seconds > 0 ? static_cast<double>(steps) / seconds : 0.0; }
@@ -85,7 +85,8 @@ struct lock_free_result {
   BELLOWS_EXPECTS(cfg.threads >= 1 && cfg.steps >= cfg.threads && cfg.snapshots >= 1 && cfg.k >= 1,
                   "memsgd: lock-free run needs threads >= 1, steps >= threads, snapshots >= 1 and k >= 1, got ",
                   cfg.threads, ", ", cfg.steps, ", ", cfg.snapshots, " and ", cfg.k);
-  BELLOWS_EXPECTS(data.d < (std::uint64_t{1} << 32), "memsgd: lock-free run reads 32-bit payload indices, d = ", data.d);
+  BELLOWS_EXPECTS(data.d < (std::uint64_t{1} << 32),
+                  "memsgd: lock-free run reads 32-bit payload indices, d = ", data.d);
   const std::size_t d = data.d;
   std::vector<float> x(d, 0.0f);
   std::atomic<std::uint64_t> next_step{0};
@@ -128,8 +129,7 @@ struct lock_free_result {
         for (std::size_t e = 0; e < index.size(); ++e)
           std::atomic_ref<float>(x[index[e]]).fetch_sub(step * value[e], std::memory_order_relaxed);
         comp.commit(st);
-        if (rank == 0 && taken.size() < cfg.snapshots &&
-            t >= (taken.size() + 1) * cfg.steps / (cfg.snapshots + 1)) {
+        if (rank == 0 && taken.size() < cfg.snapshots && t >= (taken.size() + 1) * cfg.steps / (cfg.snapshots + 1)) {
           std::vector<float>& copy = copies[taken.size()];
           for (std::size_t j = 0; j < d; ++j) copy[j] = read(j);
           taken.push_back({std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),

@@ -57,8 +57,8 @@ void sample_gradient(const dataset& data, double lambda, std::size_t i, const Re
 /// f(x), summed in double.
 template <class T>
 [[nodiscard]] double objective(const dataset& data, double lambda, std::span<const T> x) {
-  BELLOWS_EXPECTS(x.size() == data.d, "memsgd: objective of ", data.name, " needs ", data.d,
-                  " coordinates, got ", x.size());
+  BELLOWS_EXPECTS(x.size() == data.d, "memsgd: objective of ", data.name, " needs ", data.d, " coordinates, got ",
+                  x.size());
   const auto at = [&](std::size_t j) { return static_cast<double>(x[j]); };
   double sum = 0, sq = 0;
   for (std::size_t i = 0; i < data.n(); ++i) sum += logistic_loss(data.label[i] * margin(data, i, at));
@@ -67,8 +67,8 @@ template <class T>
 }
 
 /// Writes grad f(x) into `grad` and returns f(x), in one pass over the data.
-[[nodiscard]] inline double objective_and_gradient(const dataset& data, double lambda,
-                                                   std::span<const double> x, std::span<double> grad) {
+[[nodiscard]] inline double objective_and_gradient(const dataset& data, double lambda, std::span<const double> x,
+                                                   std::span<double> grad) {
   const auto at = [&](std::size_t j) { return x[j]; };
   const double inv_n = 1.0 / static_cast<double>(data.n());
   double sum = 0, sq = 0;

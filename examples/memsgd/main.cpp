@@ -24,7 +24,9 @@ int main(int argc, char** argv) {
                  "folder of the Fashion-MNIST IDX files (default $BELLOWS_FMNIST_DIR, else the "
                  "dataset-fashion-mnist package's)");
   app.add_option("--seed", o.seed, "seed of the synthetic set, the samples and the compressors")->capture_default_str();
-  app.add_option("--gamma", o.gamma, "gamma of both step-size schedules")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--gamma", o.gamma, "gamma of both step-size schedules")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--shift-factor", o.shift_factor, "a = factor d / k in the shifted schedule")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

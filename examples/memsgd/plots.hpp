@@ -123,8 +123,8 @@ struct axis {
     x_lo = y_lo = 0;
     x_hi = y_hi = 1;
   }
-  detail::axis xa{plot.log_x, plot.log_x ? std::floor(x_lo) : std::min(0.0, x_lo),
-                  plot.log_x ? std::ceil(x_hi) : x_hi, left, right};
+  detail::axis xa{plot.log_x, plot.log_x ? std::floor(x_lo) : std::min(0.0, x_lo), plot.log_x ? std::ceil(x_hi) : x_hi,
+                  left, right};
   detail::axis ya{true, std::floor(y_lo), std::ceil(y_hi), bottom, top};
   if (xa.hi <= xa.lo) xa.hi = xa.lo + 1;
   if (ya.hi <= ya.lo) ya.hi = ya.lo + 1;
@@ -153,11 +153,11 @@ struct axis {
     const double py = ya.pixel(v);
     svg << "<line x1=\"" << left << "\" y1=\"" << py << "\" x2=\"" << right << "\" y2=\"" << py
         << "\" stroke=\"#dddddd\"/>\n";
-    svg << "<text x=\"" << left - 6 << "\" y=\"" << py + 4 << "\" text-anchor=\"end\">"
-        << detail::tick_label(v, true) << "</text>\n";
+    svg << "<text x=\"" << left - 6 << "\" y=\"" << py + 4 << "\" text-anchor=\"end\">" << detail::tick_label(v, true)
+        << "</text>\n";
   }
-  svg << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << right - left << "\" height=\""
-      << bottom - top << "\" fill=\"none\" stroke=\"black\"/>\n";
+  svg << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << right - left << "\" height=\"" << bottom - top
+      << "\" fill=\"none\" stroke=\"black\"/>\n";
   svg << "<text x=\"" << (left + right) / 2 << "\" y=\"" << bottom + 42 << "\" text-anchor=\"middle\">"
       << detail::xml_text(plot.x_label) << "</text>\n";
   svg << "<text transform=\"translate(18 " << (top + bottom) / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
@@ -170,10 +170,9 @@ struct axis {
     for (const auto& p : s.points)
       if (shown(p)) svg << xa.pixel(p.first) << ',' << ya.pixel(p.second) << ' ';
     svg << "\"/>\n";
-    svg << "<line x1=\"" << right + 14 << "\" y1=\"" << legend_y << "\" x2=\"" << right + 44 << "\" y2=\""
-        << legend_y << "\" stroke=\"" << s.color << "\" stroke-width=\"1.8\"" << dash << "/>\n";
-    svg << "<text x=\"" << right + 50 << "\" y=\"" << legend_y + 4 << "\">" << detail::xml_text(s.label)
-        << "</text>\n";
+    svg << "<line x1=\"" << right + 14 << "\" y1=\"" << legend_y << "\" x2=\"" << right + 44 << "\" y2=\"" << legend_y
+        << "\" stroke=\"" << s.color << "\" stroke-width=\"1.8\"" << dash << "/>\n";
+    svg << "<text x=\"" << right + 50 << "\" y=\"" << legend_y + 4 << "\">" << detail::xml_text(s.label) << "</text>\n";
     legend_y += 18;
   }
   svg << "</svg>\n";

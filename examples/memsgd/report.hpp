@@ -75,12 +75,13 @@ inline void write_file(const std::filesystem::path& file, const std::string& tex
 [[nodiscard]] inline std::string results_json(const experiment_results& r) {
   using json = nlohmann::ordered_json;
   const experiment_options& o = r.options;
-  json doc = {{"mode", o.quick ? "quick" : "full"},
-              {"seconds", r.seconds},
-              {"load_average", {{"before", r.load_before}, {"after", r.load_after}}},
-              {"hardware_threads", r.hardware_threads},
-              {"options", {{"seed", o.seed}, {"gamma", o.gamma}, {"shift_factor", o.shift_factor}, {"ks", o.ks},
-                           {"threads", o.threads}}}};
+  json doc = {
+      {"mode", o.quick ? "quick" : "full"},
+      {"seconds", r.seconds},
+      {"load_average", {{"before", r.load_before}, {"after", r.load_after}}},
+      {"hardware_threads", r.hardware_threads},
+      {"options",
+       {{"seed", o.seed}, {"gamma", o.gamma}, {"shift_factor", o.shift_factor}, {"ks", o.ks}, {"threads", o.threads}}}};
   json& sets = doc["datasets"] = json::array();
   for (const dataset_results& d : r.datasets) {
     json runs = json::array();
@@ -91,16 +92,24 @@ inline void write_file(const std::filesystem::path& file, const std::string& tex
         curve["bits"].push_back(p.bits);
         curve["suboptimality"].push_back(p.suboptimality);
       }
-      runs.push_back({{"method", run.how.label()}, {"k", run.how.k}, {"memory", run.how.memory},
-                      {"qsgd_bits", run.how.bits}, {"schedule", run.schedule}, {"gamma", run.eta.gamma},
-                      {"shift", run.eta.shift}, {"seconds", run.seconds},
-                      {"final_suboptimality", run.final_suboptimality()}, {"bits_sent", run.bits()},
+      runs.push_back({{"method", run.how.label()},
+                      {"k", run.how.k},
+                      {"memory", run.how.memory},
+                      {"qsgd_bits", run.how.bits},
+                      {"schedule", run.schedule},
+                      {"gamma", run.eta.gamma},
+                      {"shift", run.eta.shift},
+                      {"seconds", run.seconds},
+                      {"final_suboptimality", run.final_suboptimality()},
+                      {"bits_sent", run.bits()},
                       {"curve", std::move(curve)}});
     }
     const lock_free_study& lf = d.lock_free;
     json parallel = json::array();
     for (const lock_free_result& run : lf.runs) {
-      json snaps = {{"seconds", json::array()}, {"step", json::array()}, {"suboptimality", json::array()},
+      json snaps = {{"seconds", json::array()},
+                    {"step", json::array()},
+                    {"suboptimality", json::array()},
                     {"averaged_suboptimality", json::array()}};
       for (const lock_free_snapshot& p : run.snapshots) {
         snaps["seconds"].push_back(p.seconds);
@@ -109,18 +118,33 @@ inline void write_file(const std::filesystem::path& file, const std::string& tex
         snaps["averaged_suboptimality"].push_back(p.averaged);
       }
       const double t = run.time_to(lf.target);
-      parallel.push_back({{"threads", run.threads}, {"steps", run.steps}, {"seconds", run.seconds},
+      parallel.push_back({{"threads", run.threads},
+                          {"steps", run.steps},
+                          {"seconds", run.seconds},
                           {"cpu_seconds", run.cpu_seconds},
-                          {"steps_per_second", run.steps_per_second()}, {"time_to_target", t >= 0 ? t : NAN},
+                          {"steps_per_second", run.steps_per_second()},
+                          {"time_to_target", t >= 0 ? t : NAN},
                           {"snapshots", std::move(snaps)}});
     }
-    sets.push_back({{"name", d.name}, {"n", d.n}, {"d", d.d}, {"density", d.density},
-                    {"positive_fraction", d.positive}, {"lambda", d.lambda}, {"f_star", d.f_star},
-                    {"f_star_gap_bound", d.gap_bound}, {"optimum_iterations", d.optimum_iterations},
-                    {"optimum_seconds", d.optimum_seconds}, {"steps", d.steps}, {"epochs", d.epochs},
+    sets.push_back({{"name", d.name},
+                    {"n", d.n},
+                    {"d", d.d},
+                    {"density", d.density},
+                    {"positive_fraction", d.positive},
+                    {"lambda", d.lambda},
+                    {"f_star", d.f_star},
+                    {"f_star_gap_bound", d.gap_bound},
+                    {"optimum_iterations", d.optimum_iterations},
+                    {"optimum_seconds", d.optimum_seconds},
+                    {"steps", d.steps},
+                    {"epochs", d.epochs},
                     {"runs", std::move(runs)},
-                    {"lock_free", {{"k", lf.k}, {"gamma", lf.eta.gamma}, {"shift", lf.eta.shift},
-                                   {"target", lf.target}, {"runs", std::move(parallel)}}}});
+                    {"lock_free",
+                     {{"k", lf.k},
+                      {"gamma", lf.eta.gamma},
+                      {"shift", lf.eta.shift},
+                      {"target", lf.target},
+                      {"runs", std::move(parallel)}}}});
   }
   json& claims = doc["claims"] = json::array();
   for (const claim& c : r.claims) claims.push_back({{"claim", c.name}, {"held", c.held}, {"evidence", c.evidence}});
@@ -132,9 +156,10 @@ inline void write_file(const std::filesystem::path& file, const std::string& tex
   const experiment_options& o = r.options;
   std::ostringstream m;
   m << "# Sparsified SGD with memory: results (" << (o.quick ? "quick" : "full") << " run)\n\n";
-  m << "Wall time " << fixed(r.seconds, 1) << " s on " << r.hardware_threads << " hardware threads, 1-minute load average "
-    << fixed(r.load_before, 2) << " before and " << fixed(r.load_after, 2) << " after. Seed " << o.seed
-    << ", gamma = " << o.gamma << ", shift factor " << o.shift_factor << ".\n\n";
+  m << "Wall time " << fixed(r.seconds, 1) << " s on " << r.hardware_threads
+    << " hardware threads, 1-minute load average " << fixed(r.load_before, 2) << " before and "
+    << fixed(r.load_after, 2) << " after. Seed " << o.seed << ", gamma = " << o.gamma << ", shift factor "
+    << o.shift_factor << ".\n\n";
   m << "| data set | n | d | density | positive | lambda | f* | certified gap of f* | steps (epochs) |\n";
   m << "|---|---|---|---|---|---|---|---|---|\n";
   for (const dataset_results& d : r.datasets)
@@ -144,9 +169,10 @@ inline void write_file(const std::filesystem::path& file, const std::string& tex
   for (const dataset_results& d : r.datasets) {
     const double sgd = d.find(shifted_schedule, {method_kind::sgd}).final_suboptimality();
     m << "\n## " << d.name << "\n\n";
-    m << "Final suboptimality f(x_avg) - f*, schedule eta_t = " << o.gamma << " / (lambda (t + a)), a = "
-      << o.shift_factor << " d / k (SGD, k = d: a = " << d.find(shifted_schedule, {method_kind::sgd}).eta.shift
-      << "): SGD " << sci(sgd) << ".\n\n";
+    m << "Final suboptimality f(x_avg) - f*, schedule eta_t = " << o.gamma
+      << " / (lambda (t + a)), a = " << o.shift_factor
+      << " d / k (SGD, k = d: a = " << d.find(shifted_schedule, {method_kind::sgd}).eta.shift << "): SGD " << sci(sgd)
+      << ".\n\n";
     m << "| k | top-k mem | top-k no-mem | rand-k mem | rand-k no-mem |\n|---|---|---|---|---|\n";
     for (const std::size_t k : o.ks) {
       m << "| " << k;
@@ -194,37 +220,54 @@ inline void write_file(const std::filesystem::path& file, const std::string& tex
   std::vector<std::pair<std::string, std::string>> out;
   const std::vector<std::size_t>& ks = r.options.ks;
   const auto curve = [&](const run_result& run, bool by_bits) {
-    series s{run.how.label(), detail::colour_of(run.how, ks), run.how.kind != method_kind::sgd && run.how.kind != method_kind::qsgd && !run.how.memory, {}};
+    series s{run.how.label(),
+             detail::colour_of(run.how, ks),
+             run.how.kind != method_kind::sgd && run.how.kind != method_kind::qsgd && !run.how.memory,
+             {}};
     for (const curve_point& p : run.curve)
       s.points.emplace_back(by_bits ? p.bits : static_cast<double>(p.step), p.suboptimality);
     return s;
   };
   for (const dataset_results& d : r.datasets) {
     for (const bool memory : {true, false}) {
-      line_plot p{d.name + ": " + (memory ? "with memory (Mem-SGD)" : "without memory") + ", eta = gamma / (lambda (t + d/k))",
-                  "iterations", "f(x_avg) - f*", true, {}};
+      line_plot p{d.name + ": " + (memory ? "with memory (Mem-SGD)" : "without memory") +
+                      ", eta = gamma / (lambda (t + d/k))",
+                  "iterations",
+                  "f(x_avg) - f*",
+                  true,
+                  {}};
       p.lines.push_back(curve(d.find(shifted_schedule, {method_kind::sgd}), false));
       for (const method_kind kind : {method_kind::topk, method_kind::randk})
         for (const std::size_t k : ks) p.lines.push_back(curve(d.find(shifted_schedule, {kind, k, memory}), false));
       out.emplace_back(d.name + (memory ? "_memory.svg" : "_no_memory.svg"), to_svg(p));
     }
     for (const bool by_bits : {false, true}) {
-      line_plot p{d.name + ": Mem-SGD and QSGD, eta = gamma / (1 + gamma lambda t)", by_bits ? "bits sent" : "iterations",
-                  "f(x_avg) - f*", true, {}};
+      line_plot p{d.name + ": Mem-SGD and QSGD, eta = gamma / (1 + gamma lambda t)",
+                  by_bits ? "bits sent" : "iterations",
+                  "f(x_avg) - f*",
+                  true,
+                  {}};
       for (const run_result& run : d.runs)
         if (run.schedule == decaying_schedule) p.lines.push_back(curve(run, by_bits));
       out.emplace_back(d.name + (by_bits ? "_qsgd_bits.svg" : "_qsgd_iterations.svg"), to_svg(p));
     }
     static constexpr const char* thread_colours[] = {"#000000", "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b"};
-    line_plot p{d.name + ": lock-free Mem-SGD top-" + std::to_string(d.lock_free.k) + ", shared iterate", "seconds",
-                "f(x_avg) - f*", false, {}};
+    line_plot p{d.name + ": lock-free Mem-SGD top-" + std::to_string(d.lock_free.k) + ", shared iterate",
+                "seconds",
+                "f(x_avg) - f*",
+                false,
+                {}};
     for (std::size_t i = 0; i < d.lock_free.runs.size(); ++i) {
       const lock_free_result& run = d.lock_free.runs[i];
       series s{"T = " + std::to_string(run.threads), thread_colours[std::min<std::size_t>(i, 5)], false, {}};
       for (const lock_free_snapshot& q : run.snapshots) s.points.emplace_back(q.seconds, q.averaged);
       p.lines.push_back(std::move(s));
     }
-    p.lines.push_back({"target", "#7f7f7f", true, {{0.0, d.lock_free.target}, {d.lock_free.runs.empty() ? 1.0 : d.lock_free.runs.front().seconds, d.lock_free.target}}});
+    p.lines.push_back({"target",
+                       "#7f7f7f",
+                       true,
+                       {{0.0, d.lock_free.target},
+                        {d.lock_free.runs.empty() ? 1.0 : d.lock_free.runs.front().seconds, d.lock_free.target}}});
     out.emplace_back(d.name + "_lock_free.svg", to_svg(p));
   }
   return out;

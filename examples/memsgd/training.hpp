@@ -57,8 +57,8 @@ struct step_size {
   }
   /// eta_t = gamma / (1 + gamma lambda t), written as the shifted schedule.
   [[nodiscard]] static step_size decaying(double gamma, double lambda) {
-    BELLOWS_EXPECTS(gamma > 0 && lambda > 0, "memsgd: step size needs gamma and lambda > 0, got ", gamma,
-                    " and ", lambda);
+    BELLOWS_EXPECTS(gamma > 0 && lambda > 0, "memsgd: step size needs gamma and lambda > 0, got ", gamma, " and ",
+                    lambda);
     return {1.0, 1.0 / (gamma * lambda), lambda};
   }
   [[nodiscard]] double at(std::uint64_t t) const noexcept {
@@ -91,14 +91,14 @@ struct run_config {
   std::string schedule;  ///< the name of the step-size schedule, carried into the result
   step_size eta;
   std::uint64_t steps = 0;
-  std::uint64_t seed = 1;  ///< keys the samples (the same for every run of a data set) and the compressors' draws
+  std::uint64_t seed = 1;   ///< keys the samples (the same for every run of a data set) and the compressors' draws
   std::size_t points = 40;  ///< checkpoints, spaced evenly in log(step)
 };
 
 struct curve_point {
   std::uint64_t step = 0;
-  double bits = 0;            ///< sent up to this step
-  double suboptimality = 0;   ///< f(averaged iterate) - f*
+  double bits = 0;           ///< sent up to this step
+  double suboptimality = 0;  ///< f(averaged iterate) - f*
 };
 
 struct run_result {
@@ -144,10 +144,10 @@ struct run_result {
 
 /// Runs `cfg.steps` steps with compressor `comp` (built on `exec`) and records the curve.
 template <class Compressor>
-run_result train_with(const dataset& data, double lambda, double f_star, const run_config& cfg,
-                      Compressor& comp, bellows::cpu::executor& exec) {
-  BELLOWS_EXPECTS(cfg.steps >= 1 && cfg.points >= 2, "memsgd: a run needs steps >= 1 and points >= 2, got ",
-                  cfg.steps, " and ", cfg.points);
+run_result train_with(const dataset& data, double lambda, double f_star, const run_config& cfg, Compressor& comp,
+                      bellows::cpu::executor& exec) {
+  BELLOWS_EXPECTS(cfg.steps >= 1 && cfg.points >= 2, "memsgd: a run needs steps >= 1 and points >= 2, got ", cfg.steps,
+                  " and ", cfg.points);
   const auto start = std::chrono::steady_clock::now();
   const std::size_t d = data.d;
   bellows::archetypes::collective alone;

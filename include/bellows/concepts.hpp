@@ -24,9 +24,9 @@ class checkpoint_reader;
 
 /// How a compressor exchanges its payloads.
 enum class aggregation : std::uint8_t {
-  allreduce,             ///< one allreduce_sum of a dense or shared-index buffer
-  allgather,             ///< one allgather of per-rank payloads, decoded and summed
-  allreduce_two_round,   ///< two allreduce_sums (PowerSGD's P, then Q)
+  allreduce,            ///< one allreduce_sum of a dense or shared-index buffer
+  allgather,            ///< one allgather of per-rank payloads, decoded and summed
+  allreduce_two_round,  ///< two allreduce_sums (PowerSGD's P, then Q)
 };
 
 /// Collective: the transport of one group of ranks (MPI communicator, NCCL communicator, threads).
@@ -42,8 +42,8 @@ enum class aggregation : std::uint8_t {
 ///     others fail too (throw), never hang.
 /// Minimal model: archetypes::collective below (one rank).
 template <class C>
-concept Collective = requires(C& c, const C& cc, std::span<float> values,
-                              std::span<const std::byte> mine, gather_buffer& out) {
+concept Collective = requires(C& c, const C& cc, std::span<float> values, std::span<const std::byte> mine,
+                              gather_buffer& out) {
   { cc.rank() } -> std::convertible_to<std::size_t>;
   { cc.size() } -> std::convertible_to<std::size_t>;
   c.allreduce_sum(values);
@@ -74,8 +74,8 @@ static_assert(Collective<collective>, "the archetype must model Collective");
 ///     of `slots` (size() * slot bytes) on every rank. Enqueued, not waited for.
 /// Minimal model: archetypes::device_collective below (one rank).
 template <class C>
-concept DeviceCollective = Collective<C> && requires(const C& cc, C& c, std::span<const std::byte> mine,
-                                                     std::span<std::byte> slots, std::size_t slot) {
+concept DeviceCollective = Collective<C> &&
+    requires(const C& cc, C& c, std::span<const std::byte> mine, std::span<std::byte> slots, std::size_t slot) {
   cc.stream();
   c.allgather_slots(mine, slots, slot);
 };
@@ -109,13 +109,12 @@ static_assert(DeviceCollective<device_collective>, "the archetype must model Dev
 /// Single-round codecs also model PayloadCodec below.
 /// Minimal model: bellows::identity (compressors/identity.hpp).
 template <class C, class Coll>
-concept Compressor =
-    Collective<Coll> && requires(C& c, const C& cc, const layer_info& layer, typename C::state& st,
-                                 std::span<float> inout, Coll& coll) {
-      { cc.make_state(layer) } -> std::same_as<typename C::state>;
-      { c.reduce(st, inout, coll) } -> std::same_as<reduce_result>;
-      { cc.aggregation() } -> std::same_as<aggregation>;
-    };
+concept Compressor = Collective<Coll> &&
+    requires(C& c, const C& cc, const layer_info& layer, typename C::state& st, std::span<float> inout, Coll& coll) {
+  { cc.make_state(layer) } -> std::same_as<typename C::state>;
+  { c.reduce(st, inout, coll) } -> std::same_as<reduce_result>;
+  { cc.aggregation() } -> std::same_as<aggregation>;
+};
 
 /// PayloadCodec: a single-round compressor whose payload a trainer may carry itself.
 ///  1. `c.max_payload_bytes(state)`: an upper bound of the payload size for that layer.
@@ -131,9 +130,8 @@ concept Compressor =
 ///  4. `c.decode_add(state, payload, std::span<float> acc)` -> step_status: validates as above
 ///     (acc untouched on error or on non_finite), else adds the decoded values to acc.
 template <class C>
-concept PayloadCodec = requires(const C& cc, typename C::state& st, std::span<const float> in,
-                                std::span<std::byte> out, std::span<const std::byte> payload,
-                                std::span<float> acc, std::size_t rank) {
+concept PayloadCodec = requires(const C& cc, typename C::state& st, std::span<const float> in, std::span<std::byte> out,
+                                std::span<const std::byte> payload, std::span<float> acc, std::size_t rank) {
   { cc.max_payload_bytes(st) } -> std::convertible_to<std::size_t>;
   { cc.encode(st, in, out, rank) } -> std::same_as<std::span<std::byte>>;
   { cc.validate(st, payload) } -> std::same_as<step_status>;
@@ -172,8 +170,8 @@ concept ErrorFeedback = requires(F& f, const layer_info& layer, std::size_t id, 
 ///     template <Collective C> std::span<const regime> end_epoch(std::size_t, float, C&) { return r; }
 ///   };
 template <class D, class Coll>
-concept RegimeDetector = Collective<Coll> && requires(D& d, std::size_t id, std::span<const float> grad,
-                                                      std::size_t epoch, float lr, Coll& coll) {
+concept RegimeDetector = Collective<Coll> &&
+    requires(D& d, std::size_t id, std::span<const float> grad, std::size_t epoch, float lr, Coll& coll) {
   d.observe(id, grad);
   { d.end_epoch(epoch, lr, coll) } -> std::convertible_to<std::span<const regime>>;
 };

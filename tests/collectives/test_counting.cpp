@@ -42,13 +42,12 @@ TEST_CASE("counting: forwards every operation and counts bytes and modeled ring 
 
     std::vector<std::byte> b(100);
     c.broadcast(b, 0);
-    ok = ok && c.broadcast().calls == 1 &&
-         c.broadcast().bytes_sent == (c.rank() == 0 ? 100u : 0u) &&
+    ok = ok && c.broadcast().calls == 1 && c.broadcast().bytes_sent == (c.rank() == 0 ? 100u : 0u) &&
          c.broadcast().bytes_received == (c.rank() == 0 ? 0u : 100u);
 
     const auto t = c.total();
-    ok = ok && t.calls == 4 && t.bytes_sent == c.allreduce().bytes_sent + c.allgather().bytes_sent +
-                                                   c.broadcast().bytes_sent;
+    ok = ok && t.calls == 4 &&
+         t.bytes_sent == c.allreduce().bytes_sent + c.allgather().bytes_sent + c.broadcast().bytes_sent;
     c.reset();
     ok = ok && c.total().calls == 0 && c.total().modeled_s == 0.0;
     if (ok) ++right;

@@ -103,7 +103,8 @@ TEST_CASE("local: a worker that throws makes the others fail instead of hang") {
         ++others_failed;
         throw;
       }
-    }), "out of memory in the forward pass", std::runtime_error);
+    }),
+                         "out of memory in the forward pass", std::runtime_error);
     CHECK(others_failed == static_cast<int>(w - 1));
 
     // The group is usable again for a new run.
@@ -125,7 +126,8 @@ TEST_CASE("local: ranks that disagree on the operation or length all get collect
       ++failed;
       throw;
     }
-  }), bellows::collective_error);
+  }),
+                  bellows::collective_error);
   CHECK(failed == 3);
 
   failed = 0;
@@ -142,7 +144,8 @@ TEST_CASE("local: ranks that disagree on the operation or length all get collect
       ++failed;
       throw;
     }
-  }), bellows::collective_error);
+  }),
+                  bellows::collective_error);
   CHECK(failed == 3);
 }
 

@@ -24,9 +24,7 @@ struct powersgd_case {
 
 struct qsgd_case {
   using compressor = bellows::qsgd<>;
-  static compressor make(cpu::executor& exec) {
-    return compressor({.bits = 4, .bucket = 100}, exec);
-  }
+  static compressor make(cpu::executor& exec) { return compressor({.bits = 4, .bucket = 100}, exec); }
 };
 
 /// A compressor seen through the Compressor concept alone. For codecs with an error memory,
@@ -45,9 +43,7 @@ struct compressor_only {
 
 struct topk_case {
   using compressor = bellows::topk<>;
-  static compressor make(cpu::executor& exec) {
-    return compressor({.ratio = 0.05, .feedback = feedback::none}, exec);
-  }
+  static compressor make(cpu::executor& exec) { return compressor({.ratio = 0.05, .feedback = feedback::none}, exec); }
 };
 
 struct topk_dense_case {  // W * k * 8 >= 4 n from W = 2: the dense allreduce
@@ -64,9 +60,7 @@ struct topk_residual_case {
 
 struct randk_case {
   using compressor = bellows::randk<>;
-  static compressor make(cpu::executor& exec) {
-    return compressor({.ratio = 0.05, .feedback = feedback::none}, exec);
-  }
+  static compressor make(cpu::executor& exec) { return compressor({.ratio = 0.05, .feedback = feedback::none}, exec); }
 };
 
 struct randk_per_rank_case {

@@ -115,8 +115,8 @@ void check_non_finite(Make&& make, std::size_t n, std::size_t at, float bad) {
     if (comm.rank() == 2) g[at] = bad;
     const auto before = g;
     if (c.reduce(st, g, comm).status == step_status::non_finite && same_bits(g, before) &&
-        same_bits(st.memory.values(), memory) && st.step == 1 &&
-        c.reduce(st, x, comm).status == step_status::ok && st.step == 2)
+        same_bits(st.memory.values(), memory) && st.step == 1 && c.reduce(st, x, comm).status == step_status::ok &&
+        st.step == 2)
       ++right;
   });
   CHECK(right == static_cast<int>(w));

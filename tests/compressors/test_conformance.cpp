@@ -19,9 +19,10 @@
 #include "../support/random.hpp"
 #include "conformance_cases.hpp"
 
-#define CONFORMANCE_CASES bellows::testing::identity_case, bellows::testing::powersgd_case, bellows::testing::qsgd_case, \
-    bellows::testing::topk_case, bellows::testing::topk_dense_case, bellows::testing::topk_residual_case,         \
-    bellows::testing::randk_case, bellows::testing::randk_per_rank_case, bellows::testing::randk_residual_case
+#define CONFORMANCE_CASES                                                                                   \
+  bellows::testing::identity_case, bellows::testing::powersgd_case, bellows::testing::qsgd_case,            \
+      bellows::testing::topk_case, bellows::testing::topk_dense_case, bellows::testing::topk_residual_case, \
+      bellows::testing::randk_case, bellows::testing::randk_per_rank_case, bellows::testing::randk_residual_case
 
 namespace {
 
@@ -44,8 +45,8 @@ struct step_record {
 /// Runs `steps` reduce calls on W ranks; grad_of(rank, step) gives each input. Returns
 /// record[rank][step].
 template <class Case, class GradOf>
-std::vector<std::vector<step_record>> run(std::size_t w, const bellows::shape& shp, int steps,
-                                          GradOf&& grad_of, unsigned threads = 1) {
+std::vector<std::vector<step_record>> run(std::size_t w, const bellows::shape& shp, int steps, GradOf&& grad_of,
+                                          unsigned threads = 1) {
   std::vector<std::vector<step_record>> rec(w, std::vector<step_record>(static_cast<std::size_t>(steps)));
   bellows::cpu::executor exec(threads);
   local_group group(w);
@@ -67,8 +68,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("conformance: every rank gets the same bits, run after run, for any thread count",
-                   Case, CONFORMANCE_CASES) {
+TEST_CASE_TEMPLATE("conformance: every rank gets the same bits, run after run, for any thread count", Case,
+                   CONFORMANCE_CASES) {
   for (const bellows::shape& shp : test_shapes) {
     for (std::size_t w : {1u, 2u, 3u}) {
       CAPTURE(shp.to_string());
@@ -88,8 +89,8 @@ TEST_CASE_TEMPLATE("conformance: every rank gets the same bits, run after run, f
   }
 }
 
-TEST_CASE_TEMPLATE("conformance: NaN or Inf on one rank gives non_finite everywhere and changes nothing",
-                   Case, CONFORMANCE_CASES) {
+TEST_CASE_TEMPLATE("conformance: NaN or Inf on one rank gives non_finite everywhere and changes nothing", Case,
+                   CONFORMANCE_CASES) {
   const bellows::shape shp{64, 48};
   const std::size_t n = shp.size(), w = 3;
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
@@ -116,8 +117,7 @@ TEST_CASE_TEMPLATE("conformance: NaN or Inf on one rank gives non_finite everywh
   }
 }
 
-TEST_CASE_TEMPLATE("conformance: the traffic reported is the traffic the collective carried", Case,
-                   CONFORMANCE_CASES) {
+TEST_CASE_TEMPLATE("conformance: the traffic reported is the traffic the collective carried", Case, CONFORMANCE_CASES) {
   for (std::size_t w : {1u, 3u}) {
     bellows::cpu::executor exec(1);
     local_group group(w);
@@ -148,8 +148,7 @@ TEST_CASE_TEMPLATE("conformance: zeros in, zeros out", Case, CONFORMANCE_CASES) 
   }
 }
 
-TEST_CASE_TEMPLATE("conformance: a buffer of the wrong length is refused, naming the layer", Case,
-                   CONFORMANCE_CASES) {
+TEST_CASE_TEMPLATE("conformance: a buffer of the wrong length is refused, naming the layer", Case, CONFORMANCE_CASES) {
   bellows::cpu::executor exec(1);
   auto c = Case::make(exec);
   auto st = c.make_state({0, "head.bias", bellows::shape{10}});
@@ -184,8 +183,7 @@ struct payload_storage {
 };
 }  // namespace
 
-TEST_CASE_TEMPLATE("conformance: reduce equals the average of each rank's decoded payload", Case,
-                   CONFORMANCE_CASES) {
+TEST_CASE_TEMPLATE("conformance: reduce equals the average of each rank's decoded payload", Case, CONFORMANCE_CASES) {
   using C = typename Case::compressor;
   if constexpr (bellows::PayloadCodec<C>) {
     const bellows::shape shp{40, 25};
@@ -212,15 +210,14 @@ TEST_CASE_TEMPLATE("conformance: reduce equals the average of each rank's decode
         double scale = 0;
         for (double v : ref) scale = std::max(scale, std::abs(v));
         for (std::size_t i = 0; i < n; ++i)
-          CHECK(std::abs(rec[0][static_cast<std::size_t>(s)].out[i] - ref[i] / static_cast<double>(w)) <=
-                1e-6 * scale);
+          CHECK(std::abs(rec[0][static_cast<std::size_t>(s)].out[i] - ref[i] / static_cast<double>(w)) <= 1e-6 * scale);
       }
     }
   }
 }
 
-TEST_CASE_TEMPLATE("conformance: malformed payloads raise wire_error and leave the output untouched",
-                   Case, CONFORMANCE_CASES) {
+TEST_CASE_TEMPLATE("conformance: malformed payloads raise wire_error and leave the output untouched", Case,
+                   CONFORMANCE_CASES) {
   using C = typename Case::compressor;
   if constexpr (bellows::PayloadCodec<C>) {
     bellows::cpu::executor exec(1);
@@ -233,8 +230,7 @@ TEST_CASE_TEMPLATE("conformance: malformed payloads raise wire_error and leave t
     std::vector<float> acc = before;
 
     // Truncated anywhere (a multiple of 8 keeps alignment; any cut must be caught).
-    for (std::size_t cut : {std::size_t{0}, std::size_t{8}, bellows::wire::header_bytes,
-                            payload.size() - 8}) {
+    for (std::size_t cut : {std::size_t{0}, std::size_t{8}, bellows::wire::header_bytes, payload.size() - 8}) {
       CAPTURE(cut);
       CHECK_THROWS_AS((void)c.decode_add(st, payload.first(cut), acc), bellows::wire_error);
     }
@@ -287,8 +283,8 @@ TEST_CASE_TEMPLATE("conformance: malformed payloads raise wire_error and leave t
 
 TEST_CASE_TEMPLATE("conformance: layers of no element and of one element", Case, CONFORMANCE_CASES) {
   using C = typename Case::compressor;
-  for (const bellows::shape& shp : {bellows::shape{0}, bellows::shape{5, 0}, bellows::shape{}, bellows::shape{1},
-                                    bellows::shape{1, 1}}) {
+  for (const bellows::shape& shp :
+       {bellows::shape{0}, bellows::shape{5, 0}, bellows::shape{}, bellows::shape{1}, bellows::shape{1, 1}}) {
     CAPTURE(shp.to_string());
     const std::size_t n = shp.size();
     const auto rec = run<Case>(2, shp, 3, [&](std::size_t r, int s) {

@@ -120,7 +120,8 @@ std::vector<double> reference_step(const std::vector<std::vector<float>>& Ms, st
 
 double frobenius2(const std::vector<float>& a, const std::vector<float>& b) {
   double s = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) s += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    s += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
   return s;
 }
 
@@ -423,7 +424,8 @@ TEST_CASE("powersgd: a rank change keeps the shared columns of Q and draws the o
 
 TEST_CASE("powersgd: bad configuration raises bellows::error naming the value") {
   CHECK_THROWS_WITH_AS(bellows::powersgd<>({.rank = 0}), doctest::Contains("rank must be >= 1, got 0"), bellows::error);
-  CHECK_THROWS_WITH_AS(bellows::powersgd<>({.min_compression_rate = -1.0f}), doctest::Contains("got -1"), bellows::error);
+  CHECK_THROWS_WITH_AS(bellows::powersgd<>({.min_compression_rate = -1.0f}), doctest::Contains("got -1"),
+                       bellows::error);
   CHECK_THROWS_WITH_AS(bellows::powersgd<>({.orthogonalization_eps = std::numeric_limits<float>::quiet_NaN()}),
                        doctest::Contains("got nan"), bellows::error);
   bellows::powersgd<> c({.rank = 2});
@@ -441,9 +443,8 @@ TEST_CASE("powersgd: two steps agree with PyTorch's hook arithmetic from the sam
     std::size_t rank;
     const float *q0, *out1, *e1, *out2, *e2;
   };
-  const torch_case cases[] = {
-      {1, ref::q0_rank1, ref::out1_rank1, ref::e1_rank1, ref::out2_rank1, ref::e2_rank1},
-      {3, ref::q0_rank3, ref::out1_rank3, ref::e1_rank3, ref::out2_rank3, ref::e2_rank3}};
+  const torch_case cases[] = {{1, ref::q0_rank1, ref::out1_rank1, ref::e1_rank1, ref::out2_rank1, ref::e2_rank1},
+                              {3, ref::q0_rank3, ref::out1_rank3, ref::e1_rank3, ref::out2_rank3, ref::e2_rank3}};
   bellows::cpu::executor exec(1);
   bellows::archetypes::collective solo;
   for (const torch_case& t : cases) {
@@ -471,7 +472,8 @@ TEST_CASE("powersgd: a rank larger than the matrix is r' = min(r, n, m); at full
   bellows::cpu::executor exec(1);
   const bellows::shape shp{6, 9};
   const std::size_t n = shp.size(), w = 2;
-  for (std::size_t rank : {std::size_t{6}, std::size_t{7}, std::size_t{1000}, std::numeric_limits<std::size_t>::max()}) {
+  for (std::size_t rank :
+       {std::size_t{6}, std::size_t{7}, std::size_t{1000}, std::numeric_limits<std::size_t>::max()}) {
     CAPTURE(rank);
     // By the default rule a full-rank factorisation never pays ((n + m) min(n, m) >= n m): the
     // layer is averaged uncompressed. A lenient rule compresses it at r' = 6 = min(n, m).

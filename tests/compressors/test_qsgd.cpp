@@ -216,7 +216,8 @@ TEST_CASE("qsgd: bad configuration raises bellows::error naming the value") {
     CHECK_THROWS_WITH_AS(bellows::qsgd<>({.bits = bits}), doctest::Contains(expected.c_str()), bellows::error);
   }
   CHECK_THROWS_WITH_AS(bellows::qsgd<>({.bucket = 0}), doctest::Contains("got 0"), bellows::error);
-  CHECK_THROWS_WITH_AS(bellows::qsgd<>({.bucket = std::size_t{1} << 24}), doctest::Contains("16777216"), bellows::error);
+  CHECK_THROWS_WITH_AS(bellows::qsgd<>({.bucket = std::size_t{1} << 24}), doctest::Contains("16777216"),
+                       bellows::error);
   const bellows::qsgd<> c;
   auto st = c.make_state({0, "head.weight", bellows::shape{4, 4}});
   std::vector<float> x(15);

@@ -61,8 +61,8 @@ TEST_CASE("randk: for W = 1, 2, 3, 8 the output is the average of every rank's d
     for (std::size_t w : {1u, 2u, 3u, 8u}) {
       CAPTURE(w);
       bellows::testing::check_average_of_payloads(
-          [&](bellows::cpu::executor& exec) { return bellows::randk<>({.ratio = 0.05, .mode = mode}, exec); },
-          w, bellows::shape{3000});
+          [&](bellows::cpu::executor& exec) { return bellows::randk<>({.ratio = 0.05, .mode = mode}, exec); }, w,
+          bellows::shape{3000});
     }
 }
 
@@ -126,24 +126,24 @@ TEST_CASE("randk unbiased: kept values scaled by n / k, only without error feedb
     }
   CHECK(kept == 100);
   const bellows::randk<> wrong({.unbiased = true}, exec);
-  CHECK_THROWS_WITH_AS((void)wrong.make_state({0, "fc2.bias", bellows::shape{n}}),
-                       doctest::Contains("unbiased"), bellows::error);
+  CHECK_THROWS_WITH_AS((void)wrong.make_state({0, "fc2.bias", bellows::shape{n}}), doctest::Contains("unbiased"),
+                       bellows::error);
 }
 
 TEST_CASE("randk: NaN or Inf on one rank gives non_finite on all; gradient, memory and step unchanged") {
   for (auto mode : {bellows::randk_mode::shared, bellows::randk_mode::per_rank})
     for (std::size_t at : {std::size_t{0}, std::size_t{1234}, std::size_t{1999}})  // kept or not
       bellows::testing::check_non_finite(
-          [&](bellows::cpu::executor& exec) { return bellows::randk<>({.ratio = 0.02, .mode = mode}, exec); },
-          2000, at, std::numeric_limits<float>::quiet_NaN());
+          [&](bellows::cpu::executor& exec) { return bellows::randk<>({.ratio = 0.02, .mode = mode}, exec); }, 2000, at,
+          std::numeric_limits<float>::quiet_NaN());
 }
 
 TEST_CASE("randk: bad configuration and bad payloads are refused") {
   bellows::cpu::executor exec(1);
   const bellows::layer_info layer{0, "emb", bellows::shape{500}};
-  for (auto [params, value] : {std::pair{bellows::randk_params{.ratio = 0.0}, "got 0"},
-                               std::pair{bellows::randk_params{.ratio = 2.0}, "2"},
-                               std::pair{bellows::randk_params{.k = -1}, "-1"}}) {
+  for (auto [params, value] :
+       {std::pair{bellows::randk_params{.ratio = 0.0}, "got 0"}, std::pair{bellows::randk_params{.ratio = 2.0}, "2"},
+        std::pair{bellows::randk_params{.k = -1}, "-1"}}) {
     const bellows::randk<> c(params, exec);
     CHECK_THROWS_WITH_AS((void)c.make_state(layer), doctest::Contains(value), bellows::error);
     CHECK_THROWS_WITH_AS((void)c.make_state(layer), doctest::Contains("emb"), bellows::error);
@@ -192,5 +192,6 @@ TEST_CASE("randk: steady-state steps allocate nothing") {
 }
 
 TEST_CASE("randk: save and load restore the step and the memory") {
-  bellows::testing::check_save_load([](bellows::cpu::executor& exec) { return bellows::randk<>({.ratio = 0.1}, exec); });
+  bellows::testing::check_save_load(
+      [](bellows::cpu::executor& exec) { return bellows::randk<>({.ratio = 0.1}, exec); });
 }

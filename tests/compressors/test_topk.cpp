@@ -44,12 +44,20 @@ std::vector<float> edge_data(int kind, std::size_t n) {
   std::vector<float> v = bellows::testing::normal_floats(n, static_cast<std::uint64_t>(kind) + 40);
   std::mt19937 rng(static_cast<unsigned>(kind));
   switch (kind) {
-    case 1: std::fill(v.begin(), v.end(), 0.25f); break;                        // all equal
-    case 2: for (float& x : v) x = static_cast<float>(static_cast<int>(rng() % 5) - 2); break;  // ties
-    case 3: for (float& x : v) x = rng() % 3 ? (rng() % 2 ? 0.0f : -0.0f) : x; break;          // signed zeros
-    case 4: for (float& x : v) x = std::numeric_limits<float>::denorm_min() * static_cast<float>(rng() % 9); break;
-    case 5: for (float& x : v) x *= rng() % 2 ? 1e37f : 1e-37f; break;          // huge and tiny
-    default: break;                                                            // normal
+    case 1: std::fill(v.begin(), v.end(), 0.25f); break;  // all equal
+    case 2:
+      for (float& x : v) x = static_cast<float>(static_cast<int>(rng() % 5) - 2);
+      break;  // ties
+    case 3:
+      for (float& x : v) x = rng() % 3 ? (rng() % 2 ? 0.0f : -0.0f) : x;
+      break;  // signed zeros
+    case 4:
+      for (float& x : v) x = std::numeric_limits<float>::denorm_min() * static_cast<float>(rng() % 9);
+      break;
+    case 5:
+      for (float& x : v) x *= rng() % 2 ? 1e37f : 1e-37f;
+      break;         // huge and tiny
+    default: break;  // normal
   }
   return v;
 }
@@ -111,8 +119,8 @@ TEST_CASE("topk: the contraction ||x - C(x)||^2 <= (1 - k/n) ||x||^2") {
 TEST_CASE("topk residual feedback: e = m with zeros where kept; sum of contributions + e_T = sum of g") {
   for (auto memory : {bellows::feedback::residual, bellows::feedback::scaled})
     bellows::testing::check_feedback_invariant(
-        [&](bellows::cpu::executor& exec) { return bellows::topk<>({.ratio = 0.02, .feedback = memory}, exec); },
-        5000, 40);
+        [&](bellows::cpu::executor& exec) { return bellows::topk<>({.ratio = 0.02, .feedback = memory}, exec); }, 5000,
+        40);
 }
 
 TEST_CASE("topk: NaN or Inf on one rank gives non_finite on all; gradient, memory and step unchanged") {
@@ -155,23 +163,27 @@ TEST_CASE("topk: a malformed payload raises wire_error and leaves the output unt
     edit(bad.bytes().first(good.size()));
     return bad;
   };
-  auto index = [&](std::span<std::byte> p, std::size_t j) { return reinterpret_cast<std::uint32_t*>(p.data() + head) + j; };
-  auto value = [&](std::span<std::byte> p, std::size_t j) { return reinterpret_cast<float*>(p.data() + head + 4 * k) + j; };
+  auto index = [&](std::span<std::byte> p, std::size_t j) {
+    return reinterpret_cast<std::uint32_t*>(p.data() + head) + j;
+  };
+  auto value = [&](std::span<std::byte> p, std::size_t j) {
+    return reinterpret_cast<float*>(p.data() + head + 4 * k) + j;
+  };
   const std::pair<const char*, std::function<void(std::span<std::byte>)>> edits[] = {
-      {"index", [&](std::span<std::byte> p) { std::swap(*index(p, 3), *index(p, 4)); }},           // descending
-      {"index", [&](std::span<std::byte> p) { *index(p, 5) = *index(p, 4); }},                     // repeated
+      {"index", [&](std::span<std::byte> p) { std::swap(*index(p, 3), *index(p, 4)); }},             // descending
+      {"index", [&](std::span<std::byte> p) { *index(p, 5) = *index(p, 4); }},                       // repeated
       {"index", [&](std::span<std::byte> p) { *index(p, k - 1) = static_cast<std::uint32_t>(n); }},  // out of range
       {"non-finite", [&](std::span<std::byte> p) { *value(p, 7) = std::numeric_limits<float>::infinity(); }},
       {"entries", [&](std::span<std::byte> p) { p[16] = std::byte{static_cast<unsigned char>(k - 1)}; }},  // count
-      {"flagged", [&](std::span<std::byte> p) { p[7] = std::byte{2}; }},                          // flag with entries
-      {"indices", [&](std::span<std::byte> p) { p[7] = std::byte{1}; }},                          // 64-bit indices
+      {"flagged", [&](std::span<std::byte> p) { p[7] = std::byte{2}; }},  // flag with entries
+      {"indices", [&](std::span<std::byte> p) { p[7] = std::byte{1}; }},  // 64-bit indices
       {"param", [&](std::span<std::byte> p) { p[24] = std::byte{1}; }},
   };
   for (const auto& edit : edits) {
     CAPTURE(edit.first);
     auto bad = changed(edit.second);
-    CHECK_THROWS_WITH_AS((void)c.decode_add(st, bad.bytes().first(good.size()), acc),
-                         doctest::Contains(edit.first), bellows::wire_error);
+    CHECK_THROWS_WITH_AS((void)c.decode_add(st, bad.bytes().first(good.size()), acc), doctest::Contains(edit.first),
+                         bellows::wire_error);
   }
   CHECK_THROWS_AS((void)c.validate(st, good.first(good.size() - 8)), bellows::wire_error);
   CHECK_THROWS_AS((void)c.validate(st, good.first(head)), bellows::wire_error);
@@ -186,9 +198,9 @@ TEST_CASE("topk: bad configuration raises bellows::error naming the layer and th
     bellows::topk_params params;
     const char* value;
   };
-  for (const bad_case& b : {bad_case{{.ratio = 0.0}, "got 0"}, bad_case{{.ratio = 1.5}, "1.5"},
-                            bad_case{{.ratio = -0.25}, "-0.25"}, bad_case{{.ratio = std::nan("")}, "nan"},
-                            bad_case{{.k = -3}, "-3"}}) {
+  for (const bad_case& b :
+       {bad_case{{.ratio = 0.0}, "got 0"}, bad_case{{.ratio = 1.5}, "1.5"}, bad_case{{.ratio = -0.25}, "-0.25"},
+        bad_case{{.ratio = std::nan("")}, "nan"}, bad_case{{.k = -3}, "-3"}}) {
     CAPTURE(b.value);
     const bellows::topk<> c(b.params, exec);
     CHECK_THROWS_WITH_AS((void)c.make_state(layer), doctest::Contains(b.value), bellows::error);
@@ -401,13 +413,13 @@ TEST_CASE("topk: a layer of more than 2^32 elements carries indices past 2^32 th
     std::memcpy(bad.bytes().data(), payload.data(), payload.size());
     const std::uint64_t past = n;
     std::memcpy(bad.bytes().data() + bellows::wire::header_bytes + 24, &past, 8);
-    CHECK_THROWS_WITH_AS((void)bellows::detail::read_sparse(bad.bytes().first(payload.size()),
-                                                            bellows::wire::codec::topk, layer, 4, 4),
-                         doctest::Contains("has index 4294971392"), bellows::wire_error);
+    CHECK_THROWS_WITH_AS(
+        (void)bellows::detail::read_sparse(bad.bytes().first(payload.size()), bellows::wire::codec::topk, layer, 4, 4),
+        doctest::Contains("has index 4294971392"), bellows::wire_error);
     bad.bytes()[7] = std::byte{0};
-    CHECK_THROWS_WITH_AS((void)bellows::detail::read_sparse(bad.bytes().first(payload.size()),
-                                                            bellows::wire::codec::topk, layer, 4, 4),
-                         doctest::Contains("32-bit indices"), bellows::wire_error);
+    CHECK_THROWS_WITH_AS(
+        (void)bellows::detail::read_sparse(bad.bytes().first(payload.size()), bellows::wire::codec::topk, layer, 4, 4),
+        doctest::Contains("32-bit indices"), bellows::wire_error);
   }
 
   // The compressor end to end, on 16 GiB of mapped zeros (the pages written cost memory).

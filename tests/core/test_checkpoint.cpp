@@ -39,8 +39,8 @@ TEST_CASE("checkpoint: truncation, wrong counts, long strings and trailing bytes
   {
     bellows::checkpoint_reader r(bytes.first(bytes.size() - 1));
     std::vector<float> out(10, 5.0f);
-    CHECK_THROWS_WITH_AS(r.get_array(std::span<float>(out), "memory"), doctest::Contains("truncated while reading memory"),
-                         bellows::wire_error);
+    CHECK_THROWS_WITH_AS(r.get_array(std::span<float>(out), "memory"),
+                         doctest::Contains("truncated while reading memory"), bellows::wire_error);
     CHECK(out == std::vector<float>(10, 5.0f));
   }
   {
@@ -231,8 +231,10 @@ TEST_CASE("checkpoint files: a writer SIGKILLed after varied delays leaves the o
     const int status = write_in_child(file, new_bytes, false, delay);
     const std::uint64_t generation = generation_in(file, n);  // throws unless complete
     CHECK((generation == 1 || generation == 2));
-    if (killed(status)) ++kills;
-    else CHECK(generation == 2);  // a child that finished wrote the new file
+    if (killed(status))
+      ++kills;
+    else
+      CHECK(generation == 2);  // a child that finished wrote the new file
     ++(generation == 1 ? old_kept : new_in_place);
     // A temporary file may remain; the next write replaces it.
     bellows::write_file_atomically(file, generation_bytes(3, n));

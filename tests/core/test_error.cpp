@@ -28,6 +28,5 @@ TEST_CASE("every bellows exception is a bellows::error and a std::runtime_error"
   CHECK_THROWS_AS(throw bellows::cuda_error("c"), bellows::error);
   CHECK_THROWS_AS(throw bellows::collective_error("c"), bellows::error);
   CHECK_THROWS_AS(throw bellows::error("e"), std::runtime_error);
-  CHECK_THROWS_WITH_AS(bellows::fail<bellows::wire_error>("bad ", 7, " bytes"), "bad 7 bytes",
-                       bellows::wire_error);
+  CHECK_THROWS_WITH_AS(bellows::fail<bellows::wire_error>("bad ", 7, " bytes"), "bad 7 bytes", bellows::wire_error);
 }

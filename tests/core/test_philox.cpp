@@ -34,8 +34,8 @@ TEST_CASE("philox is usable in constant expressions") {
 TEST_CASE("stream: word i is word i % 4 of block i / 4, keyed by seed, step, layer and rank") {
   const bellows::philox::stream s{0x0123456789abcdefULL, 7, 3, 1};
   for (std::uint64_t i = 0; i < 64; ++i) {
-    const u32x4 expected = bellows::philox::philox4x32_10(
-        {{static_cast<std::uint32_t>(i / 4), 7, 3, 1}}, {{0x89abcdefu, 0x01234567u}});
+    const u32x4 expected =
+        bellows::philox::philox4x32_10({{static_cast<std::uint32_t>(i / 4), 7, 3, 1}}, {{0x89abcdefu, 0x01234567u}});
     CHECK(s.word(i) == expected.v[i % 4]);
   }
   // Any change of key gives another stream.

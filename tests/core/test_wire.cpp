@@ -147,8 +147,8 @@ TEST_CASE("wire: size arithmetic is checked; counts whose byte size wraps are re
                        bellows::error);
   CHECK_THROWS_WITH_AS((void)wire::array_end<std::uint64_t>(0, max / 8 + 1), doctest::Contains("overflows"),
                        bellows::error);
-  CHECK_THROWS_AS((void)wire::array_end<std::uint64_t>(max - 3, 0), bellows::error);       // aligning the start
-  CHECK_THROWS_AS((void)wire::array_end<float>(max - 7, 2), bellows::error);               // start + bytes
+  CHECK_THROWS_AS((void)wire::array_end<std::uint64_t>(max - 3, 0), bellows::error);  // aligning the start
+  CHECK_THROWS_AS((void)wire::array_end<float>(max - 7, 2), bellows::error);          // start + bytes
   CHECK_THROWS_AS((void)wire::padded(max - 3), bellows::error);
   CHECK_THROWS_AS((void)wire::payload_bytes(max - wire::header_bytes), bellows::error);
   CHECK(wire::array_end<float>(0, max / 4) == max / 4 * 4);  // the largest that fits

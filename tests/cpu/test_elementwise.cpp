@@ -13,10 +13,9 @@
 
 TEST_CASE("all_finite: finds one NaN or Inf anywhere, in any chunk, for any thread count") {
   const std::size_t n = 3 * bellows::cpu::elementwise_chunk + 17;
-  const float bad_values[] = {std::numeric_limits<float>::quiet_NaN(),
-                              std::numeric_limits<float>::signaling_NaN(),
-                              std::numeric_limits<float>::infinity(),
-                              -std::numeric_limits<float>::infinity(), -std::nanf("0x7")};
+  const float bad_values[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::signaling_NaN(),
+                              std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                              -std::nanf("0x7")};
   for (unsigned threads : {1u, 3u}) {
     bellows::cpu::executor exec(threads);
     auto x = bellows::testing::normal_floats(n, 5);
@@ -27,7 +26,7 @@ TEST_CASE("all_finite: finds one NaN or Inf anywhere, in any chunk, for any thre
     CHECK(bellows::cpu::all_finite(exec, std::span<const float>()));
     for (float bad : bad_values) {
       for (std::size_t at : {std::size_t{0}, std::size_t{5}, std::size_t{15}, std::size_t{16}, std::size_t{33},
-                              bellows::cpu::elementwise_chunk, bellows::cpu::elementwise_chunk + 9, n - 2, n - 1}) {
+                             bellows::cpu::elementwise_chunk, bellows::cpu::elementwise_chunk + 9, n - 2, n - 1}) {
         const float keep = x[at];
         x[at] = bad;
         CHECK_FALSE(bellows::cpu::all_finite(exec, x));
@@ -87,9 +86,17 @@ TEST_CASE("add: out = a + b, in place on either side, for any thread count") {
 
 TEST_CASE("divide_by_count: the bits of a division by W, subnormals, zeros and extremes included") {
   std::vector<float> x = bellows::testing::normal_floats(4096, 11);
-  const float special[] = {0.0f, -0.0f, std::numeric_limits<float>::denorm_min(), -3e-45f, 1.1754942e-38f,
-                           std::numeric_limits<float>::min(), std::numeric_limits<float>::max(),
-                           -std::numeric_limits<float>::max(), 1.0f, 3.0f, 7.0e-39f};
+  const float special[] = {0.0f,
+                           -0.0f,
+                           std::numeric_limits<float>::denorm_min(),
+                           -3e-45f,
+                           1.1754942e-38f,
+                           std::numeric_limits<float>::min(),
+                           std::numeric_limits<float>::max(),
+                           -std::numeric_limits<float>::max(),
+                           1.0f,
+                           3.0f,
+                           7.0e-39f};
   std::copy(std::begin(special), std::end(special), x.begin());
   for (std::size_t i = 100; i < 400; ++i) x[i] *= 1e-40f;  // subnormal inputs and results
   for (std::size_t w : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 64u, 96u, 1024u, 1u << 20}) {

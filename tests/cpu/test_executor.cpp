@@ -25,9 +25,11 @@ TEST_CASE("executor: every task runs exactly once, for any thread count") {
 
 TEST_CASE("executor: the first exception of a task reaches the caller, and the pool survives") {
   bellows::cpu::executor exec(3);
-  CHECK_THROWS_WITH_AS(exec.parallel_for(100, [](std::size_t t) {
-    if (t == 37) throw std::runtime_error("task 37 failed");
-  }), "task 37 failed", std::runtime_error);
+  CHECK_THROWS_WITH_AS(exec.parallel_for(100,
+                                         [](std::size_t t) {
+                                           if (t == 37) throw std::runtime_error("task 37 failed");
+                                         }),
+                       "task 37 failed", std::runtime_error);
   std::atomic<int> count{0};
   exec.parallel_for(100, [&](std::size_t) { ++count; });
   CHECK(count == 100);

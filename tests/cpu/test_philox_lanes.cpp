@@ -18,10 +18,14 @@ struct version {
 std::vector<version> runnable_versions() {
   std::vector<version> v{{"one block at a time", &bellows::cpu::detail::philox_lanes_scalar}};
 #if BELLOWS_X86_VERSIONS
-  if (__builtin_cpu_supports("avx2")) v.push_back({"AVX2", &bellows::cpu::detail::philox_lanes_avx2});
-  else MESSAGE("no AVX2 here: that version is not checked");
-  if (__builtin_cpu_supports("avx512f")) v.push_back({"AVX-512", &bellows::cpu::detail::philox_lanes_avx512});
-  else MESSAGE("no AVX-512 here: that version is not checked");
+  if (__builtin_cpu_supports("avx2"))
+    v.push_back({"AVX2", &bellows::cpu::detail::philox_lanes_avx2});
+  else
+    MESSAGE("no AVX2 here: that version is not checked");
+  if (__builtin_cpu_supports("avx512f"))
+    v.push_back({"AVX-512", &bellows::cpu::detail::philox_lanes_avx512});
+  else
+    MESSAGE("no AVX-512 here: that version is not checked");
 #endif
   return v;
 }

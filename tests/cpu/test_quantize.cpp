@@ -20,12 +20,12 @@ using bellows::bucket_norm;
 using bellows::code_layout;
 
 /// The code of element i, straight from docs/spec.md#qsgd with word i of the stream (scalar Philox).
-std::uint32_t reference_code(float v, float scale, std::uint32_t s, unsigned bits,
-                             const bellows::philox::stream& rng, std::size_t i) {
+std::uint32_t reference_code(float v, float scale, std::uint32_t s, unsigned bits, const bellows::philox::stream& rng,
+                             std::size_t i) {
   if (scale == 0.0f) return 0;
   const float u = bellows::philox::to_uniform(rng.word(i));
-  const auto level = std::min<std::int32_t>(static_cast<std::int32_t>(std::abs(v) * (static_cast<float>(s) / scale) + u),
-                                            static_cast<std::int32_t>(s));
+  const auto level = std::min<std::int32_t>(
+      static_cast<std::int32_t>(std::abs(v) * (static_cast<float>(s) / scale) + u), static_cast<std::int32_t>(s));
   const std::uint32_t sign = level != 0 && std::signbit(v) ? 1u << (bits - 1) : 0u;
   return sign | static_cast<std::uint32_t>(level);
 }
@@ -40,8 +40,8 @@ struct packed {
   bool finite;
 };
 
-packed pack(bellows::cpu::executor& exec, const std::vector<float>& v, const code_layout& l,
-            bucket_norm norm, const bellows::philox::stream& rng) {
+packed pack(bellows::cpu::executor& exec, const std::vector<float>& v, const code_layout& l, bucket_norm norm,
+            const bellows::philox::stream& rng) {
   packed p{std::vector<float>(l.buckets()), std::vector<std::uint8_t>(l.code_bytes(), 0xAB), false};
   p.finite = bellows::cpu::quantize_pack(exec, v, l, norm, rng, p.scales, p.codes);
   return p;
@@ -198,8 +198,10 @@ TEST_CASE("quantize kernels refuse arrays that do not fit the layout") {
   std::vector<float> v(10), scales(3), wrong_scales(2);
   std::vector<std::uint8_t> codes(10), short_codes(9);
   const bellows::philox::stream rng{};
-  CHECK_THROWS_AS((void)bellows::cpu::quantize_pack(one, v, l, bucket_norm::l2, rng, wrong_scales, codes), bellows::error);
-  CHECK_THROWS_AS((void)bellows::cpu::quantize_pack(one, v, l, bucket_norm::l2, rng, scales, short_codes), bellows::error);
+  CHECK_THROWS_AS((void)bellows::cpu::quantize_pack(one, v, l, bucket_norm::l2, rng, wrong_scales, codes),
+                  bellows::error);
+  CHECK_THROWS_AS((void)bellows::cpu::quantize_pack(one, v, l, bucket_norm::l2, rng, scales, short_codes),
+                  bellows::error);
   CHECK_THROWS_AS(bellows::cpu::unpack_dequantize(one, scales, codes, code_layout{3, 4, 10}, v, false), bellows::error);
   CHECK(code_layout{2, 512, 5}.code_bytes() == 2);
   CHECK(code_layout{4, 512, 5}.code_bytes() == 3);
@@ -217,8 +219,16 @@ TEST_CASE("average_dequantize: the rank-order sum of W decoded payloads from 0, 
   };
   // Buckets that are and are not multiples of a code block (and larger than a tile); n = 0 and 1;
   // layers of many tasks.
-  const shape shapes[] = {{2, 1, 1},   {4, 7, 5000},   {8, 64, 5000},          {2, 512, 5000}, {8, 1000, 5000},
-                          {4, 33, 0},  {8, 512, 4097}, {8, 512, (1u << 20) + 77}, {4, 100, (1u << 20) + 3}, {8, 5000, 12345}};
+  const shape shapes[] = {{2, 1, 1},
+                          {4, 7, 5000},
+                          {8, 64, 5000},
+                          {2, 512, 5000},
+                          {8, 1000, 5000},
+                          {4, 33, 0},
+                          {8, 512, 4097},
+                          {8, 512, (1u << 20) + 77},
+                          {4, 100, (1u << 20) + 3},
+                          {8, 5000, 12345}};
   for (const shape& sh : shapes)
     for (std::size_t w : {1u, 2u, 3u, 5u}) {
       CAPTURE(sh.bits);
@@ -230,9 +240,11 @@ TEST_CASE("average_dequantize: the rank-order sum of W decoded payloads from 0, 
       std::vector<bellows::code_arrays> parts;
       for (std::size_t r = 0; r < w; ++r) {
         auto v = bellows::testing::normal_floats(sh.n, 100 + r);
-        if (sh.n > 2 * sh.bucket) std::fill(v.begin() + static_cast<std::ptrdiff_t>(sh.bucket), v.begin() + static_cast<std::ptrdiff_t>(2 * sh.bucket), 0.0f);  // a zero bucket
-        payloads.push_back(pack(one, v, l, r % 2 ? bucket_norm::max_abs : bucket_norm::l2,
-                                {7, 3, 1, static_cast<std::uint32_t>(r)}));
+        if (sh.n > 2 * sh.bucket)
+          std::fill(v.begin() + static_cast<std::ptrdiff_t>(sh.bucket),
+                    v.begin() + static_cast<std::ptrdiff_t>(2 * sh.bucket), 0.0f);  // a zero bucket
+        payloads.push_back(
+            pack(one, v, l, r % 2 ? bucket_norm::max_abs : bucket_norm::l2, {7, 3, 1, static_cast<std::uint32_t>(r)}));
       }
       for (const packed& p : payloads) parts.push_back({p.scales, p.codes});
       // Reference: element by element, from the codes, in double-checked float steps.
@@ -290,7 +302,8 @@ TEST_CASE("sum_codes8: the baseline, AVX2 and AVX-512 versions add the same bits
     for (std::size_t r = 0; r < w; ++r) {
       for (auto& c : codes[r]) c = static_cast<std::uint8_t>(rng());  // every pattern, -0 (0x80) included
       codes[r][0] = 0x80;
-      for (std::size_t b = 0; b < buckets; ++b) scales[r][b] = std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 7.0f, static_cast<int>(rng() % 60) - 30);
+      for (std::size_t b = 0; b < buckets; ++b)
+        scales[r][b] = std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 7.0f, static_cast<int>(rng() % 60) - 30);
       parts.push_back({scales[r], codes[r]});
     }
     std::vector<float> start = bellows::testing::normal_floats(d::code_block, w);

@@ -16,16 +16,14 @@
 namespace {
 
 /// The indices of a draw, through draw_sample and gather_sample.
-std::vector<std::uint32_t> draw(const bellows::sample_plan& plan, std::uint64_t seed,
-                                std::uint32_t step = 0) {
+std::vector<std::uint32_t> draw(const bellows::sample_plan& plan, std::uint64_t seed, std::uint32_t step = 0) {
   bellows::cpu::executor exec(1);
   bellows::cpu::sample_workspace ws(plan);
   std::vector<std::uint32_t> index(plan.k);
   std::vector<float> value(plan.k);
   const std::vector<float> g(plan.n, 1.0f);
   bellows::cpu::draw_sample(exec, plan, bellows::philox::stream{seed, step, 2, 0}, ws);
-  CHECK(bellows::cpu::gather_sample(exec, plan, ws, g, {}, {},
-                                    bellows::sparse_arrays<std::uint32_t>{index, value}));
+  CHECK(bellows::cpu::gather_sample(exec, plan, ws, g, {}, {}, bellows::sparse_arrays<std::uint32_t>{index, value}));
   // The workspace is left clean for the next draw.
   CHECK(std::all_of(ws.chosen.begin(), ws.chosen.end(), [](std::uint64_t w) { return w == 0; }));
   CHECK(std::all_of(ws.dropped.begin(), ws.dropped.end(), [](std::uint64_t w) { return w == 0; }));
@@ -49,8 +47,8 @@ double chi_square_critical(double dof, double z) {
 }  // namespace
 
 TEST_CASE("draw_sample: k distinct ascending indices below n, for every k including 0 and n") {
-  for (std::uint64_t n : {std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{3}, std::uint64_t{64},
-                         std::uint64_t{65}, std::uint64_t{1000}, 3 * bellows::cpu::sparse_chunk + 7}) {
+  for (std::uint64_t n : {std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{3}, std::uint64_t{64}, std::uint64_t{65},
+                          std::uint64_t{1000}, 3 * bellows::cpu::sparse_chunk + 7}) {
     for (std::uint64_t k : {std::uint64_t{0}, std::uint64_t{1}, n / 100, n / 3, n / 2, n / 2 + 1, n - 1, n}) {
       if (k > n) continue;
       CAPTURE(n);
@@ -92,8 +90,8 @@ TEST_CASE("draw_sample: index frequencies are uniform (chi-square, false alarm 1
   struct setting {
     std::uint64_t n, k, draws;
   };
-  for (const setting s : {setting{97, 5, 20000}, setting{1000, 990, 400}, setting{4096, 41, 4000},
-                          setting{50000, 500, 200}}) {
+  for (const setting s :
+       {setting{97, 5, 20000}, setting{1000, 990, 400}, setting{4096, 41, 4000}, setting{50000, 500, 200}}) {
     CAPTURE(s.n);
     CAPTURE(s.k);
     const auto plan = bellows::plan_sample(s.n, s.k);
@@ -133,7 +131,7 @@ TEST_CASE("plan_sample: a batch above the chosen count, within n, found with IEE
       CHECK(p.batch <= n);
       // Expected distinct indices of `batch` proposals: n (1 - (1 - 1/n)^batch) >= chosen.
       const double distinct = static_cast<double>(n) *
-          -std::expm1(static_cast<double>(p.batch) * std::log1p(-1.0 / static_cast<double>(n)));
+                              -std::expm1(static_cast<double>(p.batch) * std::log1p(-1.0 / static_cast<double>(n)));
       CHECK(distinct >= static_cast<double>(p.chosen));
     }
   }

@@ -73,10 +73,12 @@ std::vector<float> data(const std::string& kind, std::size_t n, std::uint64_t se
   } else if (kind == "signed_zeros") {
     for (std::size_t i = 0; i < n; ++i) v[i] = rng() % 5 == 0 ? v[i] : (rng() % 2 ? -0.0f : 0.0f);
   } else if (kind == "denormal") {
-    for (float& x : v) x = std::numeric_limits<float>::denorm_min() * static_cast<float>(rng() % 50) * (rng() % 2 ? 1.0f : -1.0f);
+    for (float& x : v)
+      x = std::numeric_limits<float>::denorm_min() * static_cast<float>(rng() % 50) * (rng() % 2 ? 1.0f : -1.0f);
   } else if (kind == "extreme") {  // huge and tiny magnitudes side by side
-    const float scales[] = {std::numeric_limits<float>::max() / 4, 1e30f, 1.0f, 1e-30f,
-                            std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min()};
+    const float scales[] = {
+        std::numeric_limits<float>::max() / 4,   1e30f, 1.0f, 1e-30f, std::numeric_limits<float>::min(),
+        std::numeric_limits<float>::denorm_min()};
     for (float& x : v) x *= scales[rng() % 6] / 4;
   } else if (kind == "sparse") {  // mostly exact zeros
     for (float& x : v) x = rng() % 200 == 0 ? x : 0.0f;
@@ -86,15 +88,15 @@ std::vector<float> data(const std::string& kind, std::size_t n, std::uint64_t se
   return v;
 }
 
-const char* const kinds[] = {"normal", "heavy", "equal", "levels", "signed_zeros",
+const char* const kinds[] = {"normal",   "heavy",   "equal",  "levels",      "signed_zeros",
                              "denormal", "extreme", "sparse", "concentrated"};
 
 }  // namespace
 
 TEST_CASE("select_top: the exact top-k of a stable sort, for data of every kind, size and k") {
   for (const std::string kind : kinds) {
-    for (std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{7}, std::size_t{1000},
-                          3 * select_chunk + 5, std::size_t{50021}}) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{7}, std::size_t{1000}, 3 * select_chunk + 5,
+                          std::size_t{50021}}) {
       const std::vector<float> v = data(kind, n, n + 11);
       std::vector<std::size_t> ks{1, 2, n / 1000, n / 100 + 1, n / 16, n / 8 + 1, n / 2, n - 1, n};
       std::erase_if(ks, [&](std::size_t k) { return k == 0 || k > n; });
@@ -239,8 +241,8 @@ TEST_CASE("kth_largest_key: the key at rank r of a descending sort, and how many
     for (std::size_t rank : {std::size_t{1}, n / 3 + 1, n}) {
       const auto r = bellows::cpu::kth_largest_key(v, rank, scratch);
       CHECK(r.key == keys[rank - 1]);
-      CHECK(r.above == static_cast<std::size_t>(std::count_if(keys.begin(), keys.end(),
-                                                              [&](std::uint32_t k) { return k > r.key; })));
+      CHECK(r.above == static_cast<std::size_t>(
+                           std::count_if(keys.begin(), keys.end(), [&](std::uint32_t k) { return k > r.key; })));
     }
   }
 }
@@ -286,8 +288,8 @@ TEST_CASE("select_top_dense: the same selection written densely, and the same st
         bellows::cpu::executor exec(2);
         bellows::cpu::select_workspace ws(plan);
         std::vector<float> dense(n, -3.0f), staged(n, -7.0f);
-        const auto kept = bellows::cpu::select_top_dense(exec, plan, bellows::philox::stream{5, 0, 1, 0}, g, e,
-                                                         staged, ws, dense);
+        const auto kept =
+            bellows::cpu::select_top_dense(exec, plan, bellows::philox::stream{5, 0, 1, 0}, g, e, staged, ws, dense);
         REQUIRE(kept.has_value());
         CHECK(*kept == k);
         std::vector<float> expected(n, 0.0f);

@@ -18,8 +18,8 @@ struct shape_case {
 // one panel and several (at every rank), few rows and many.
 const shape_case shapes[] = {{1, 1}, {3, 7}, {5, 8}, {17, 33}, {64, 48}, {9, 1100}, {130, 2051}, {6, 9001}};
 
-std::vector<double> reference_p(const std::vector<float>& g, const std::vector<float>& e, std::size_t n,
-                                std::size_t m, const std::vector<float>& q, std::size_t r) {
+std::vector<double> reference_p(const std::vector<float>& g, const std::vector<float>& e, std::size_t n, std::size_t m,
+                                const std::vector<float>& q, std::size_t r) {
   std::vector<double> p(n * r, 0.0);
   for (std::size_t k = 0; k < r; ++k)
     for (std::size_t i = 0; i < n; ++i)
@@ -28,8 +28,8 @@ std::vector<double> reference_p(const std::vector<float>& g, const std::vector<f
   return p;
 }
 
-std::vector<double> reference_q(const std::vector<float>& g, const std::vector<float>& e, std::size_t n,
-                                std::size_t m, const std::vector<float>& p, std::size_t r) {
+std::vector<double> reference_q(const std::vector<float>& g, const std::vector<float>& e, std::size_t n, std::size_t m,
+                                const std::vector<float>& p, std::size_t r) {
   std::vector<double> q(m * r, 0.0);
   for (std::size_t k = 0; k < r; ++k)
     for (std::size_t i = 0; i < n; ++i)
@@ -104,7 +104,8 @@ TEST_CASE("reconstruct_update writes P Q^T and leaves M - P Q^T in the memory") 
           for (std::size_t k = 0; k < r; ++k) out += static_cast<double>(p[k * n + i]) * q[k * m + j];
           const std::size_t x = i * m + j;
           CHECK(std::abs(g1[x] - out) <= 1e-5 * 4.0 * static_cast<double>(r));
-          CHECK(std::abs(e1[x] - (static_cast<double>(g[x]) + e[x] - out)) <= 1e-5 * (8.0 + 4.0 * static_cast<double>(r)));
+          CHECK(std::abs(e1[x] - (static_cast<double>(g[x]) + e[x] - out)) <=
+                1e-5 * (8.0 + 4.0 * static_cast<double>(r)));
         }
     }
   }
@@ -152,8 +153,8 @@ TEST_CASE("skinny kernels: the baseline and the AVX2 build give the same bits") 
           d::project_rows_range<true>(M, q, p_out[avx2], r, 0, n);
           d::project_cols_panel<true>(M, p, q_out[avx2], r, 0, m);
           for (std::size_t i = 0; i < n; ++i)
-            d::reconstruct_row<true>(g_out[avx2].data() + i * m, e_out[avx2].data() + i * m, p.data() + i, n,
-                                     q.data(), m, r);
+            d::reconstruct_row<true>(g_out[avx2].data() + i * m, e_out[avx2].data() + i * m, p.data() + i, n, q.data(),
+                                     m, r);
         };
         if (avx2)
           d::run_avx2(body);

@@ -30,9 +30,9 @@ using bellows::testing::same_bits;
 
 TEST_CASE("magnitude_key orders magnitudes, signed zeros and denormals included") {
   using bellows::magnitude_key;
-  const float ladder[] = {0.0f, std::numeric_limits<float>::denorm_min(), 1e-40f,
-                          std::numeric_limits<float>::min(), 1.0f, 3.0e38f,
-                          std::numeric_limits<float>::max()};
+  const float ladder[] = {
+      0.0f,    std::numeric_limits<float>::denorm_min(), 1e-40f, std::numeric_limits<float>::min(), 1.0f,
+      3.0e38f, std::numeric_limits<float>::max()};
   for (std::size_t i = 0; i + 1 < std::size(ladder); ++i) {
     CHECK(magnitude_key(ladder[i]) < magnitude_key(ladder[i + 1]));
     CHECK(magnitude_key(-ladder[i]) == magnitude_key(ladder[i]));
@@ -99,8 +99,8 @@ TEST_CASE("scatter_average: the bits of zeros, rank-order scatter_adds and a div
   using bellows::cpu::average_chunk;
   using bellows::cpu::average_tile;
   // Sizes around a tile and a task, and one of many tasks.
-  for (std::size_t n : {std::size_t{1}, average_tile - 1, average_tile + 1, 2 * average_chunk + 3,
-                        (std::size_t{1} << 20) + 5}) {
+  for (std::size_t n :
+       {std::size_t{1}, average_tile - 1, average_tile + 1, 2 * average_chunk + 3, (std::size_t{1} << 20) + 5}) {
     for (std::size_t w : {1u, 2u, 3u, 8u}) {
       CAPTURE(n);
       CAPTURE(w);
@@ -142,14 +142,16 @@ TEST_CASE("scatter_average refuses no part, too few cursors, or indices and valu
                                                 std::span<const bellows::cpu::sparse_view<std::uint32_t>>(),
                                                 std::span(cursors)),
                   bellows::error);
-  CHECK_THROWS_AS(bellows::cpu::scatter_average(one, std::span<float>(out), std::span<const bellows::cpu::sparse_view<std::uint32_t>>(two),
+  CHECK_THROWS_AS(bellows::cpu::scatter_average(one, std::span<float>(out),
+                                                std::span<const bellows::cpu::sparse_view<std::uint32_t>>(two),
                                                 std::span(cursors).first(1)),
                   bellows::error);
-  CHECK_THROWS_AS(bellows::cpu::scatter_average(one, std::span<float>(out), std::span<const bellows::cpu::sparse_view<std::uint32_t>>(mixed),
+  CHECK_THROWS_AS(bellows::cpu::scatter_average(one, std::span<float>(out),
+                                                std::span<const bellows::cpu::sparse_view<std::uint32_t>>(mixed),
                                                 std::span(cursors)),
                   bellows::error);
-  bellows::cpu::scatter_average(one, std::span<float>(out), std::span<const bellows::cpu::sparse_view<std::uint32_t>>(two),
-                                std::span(cursors));
+  bellows::cpu::scatter_average(one, std::span<float>(out),
+                                std::span<const bellows::cpu::sparse_view<std::uint32_t>>(two), std::span(cursors));
   CHECK(out[1] == 1.0f);
   CHECK(out[2] == 2.0f);
   CHECK(out[0] == 0.0f);

@@ -82,8 +82,7 @@ std::vector<rank_trace> trace_on_cpu(const Params& params, const layer_info& lay
 
 /// The same on the device: C<cuda::executor>(params) on every device, over NCCL.
 template <template <class> class C, class Params, class Input>
-std::vector<rank_trace> trace_on_device(const Params& params, const layer_info& layer, std::size_t steps,
-                                        Input input) {
+std::vector<rank_trace> trace_on_device(const Params& params, const layer_info& layer, std::size_t steps, Input input) {
   std::vector<rank_trace> traces(static_cast<std::size_t>(cuda::device_count()));
   on_every_device([&](std::size_t rank, collectives::nccl& coll) {
     cuda::executor exec(coll.stream());
@@ -119,8 +118,8 @@ struct corrupting {
   void allgather(std::span<const std::byte> mine, gather_buffer& out) { inner.allgather(mine, out); }
   void allgather_slots(std::span<const std::byte> mine, std::span<std::byte> slots, std::size_t slot) {
     inner.allgather_slots(mine, slots, slot);
-    BELLOWS_CUDA_CHECK(cudaMemcpyAsync(slots.data() + victim * slot + offset, &value, width,
-                                       cudaMemcpyHostToDevice, inner.stream()));
+    BELLOWS_CUDA_CHECK(
+        cudaMemcpyAsync(slots.data() + victim * slot + offset, &value, width, cudaMemcpyHostToDevice, inner.stream()));
     BELLOWS_CUDA_CHECK(cudaStreamSynchronize(inner.stream()));
   }
 };
@@ -243,8 +242,8 @@ void check_checkpoints(const Params& params, const layer_info& layer, Input inpu
     auto host_st = on_host.make_state(layer);
     checkpoint_reader from_device(saved.bytes());
     on_host.load(host_st, from_device);
-    ok &= host_st.step == 1 && same_bytes(std::vector<float>(host_st.memory.values().begin(),
-                                                              host_st.memory.values().end()), e);
+    ok &= host_st.step == 1 &&
+          same_bytes(std::vector<float>(host_st.memory.values().begin(), host_st.memory.values().end()), e);
 
     host_st.memory.values()[layer.size() / 2] = 0.25f;
     e[layer.size() / 2] = 0.25f;

@@ -70,6 +70,6 @@ TEST_CASE("cuda philox: device words, uniforms and normals equal the host's") {
 TEST_CASE("cuda check: a failed call raises cuda_error naming the call") {
   if (!have_device()) return;
   void* p = nullptr;
-  CHECK_THROWS_WITH_AS(BELLOWS_CUDA_CHECK(cudaMalloc(&p, ~std::size_t{0})),
-                       doctest::Contains("cudaMalloc"), bellows::cuda_error);
+  CHECK_THROWS_WITH_AS(BELLOWS_CUDA_CHECK(cudaMalloc(&p, ~std::size_t{0})), doctest::Contains("cudaMalloc"),
+                       bellows::cuda_error);
 }

@@ -163,7 +163,7 @@ double norm_of(const std::vector<double>& x) {
 double tolerance(const config& c, const run_result& cpu, const std::vector<float>& e0 = {}) {
   const std::size_t size = c.shape.size(), count = cpu.traces[0].out.size();
   std::vector<std::vector<double>> e(ranks(), e0.empty() ? std::vector<double>(size, 0.0)
-                                                          : std::vector<double>(e0.begin(), e0.end()));
+                                                         : std::vector<double>(e0.begin(), e0.end()));
   double norm = 0;
   for (std::size_t s = 0; s < count; ++s) {
     std::vector<double> sum(size, 0.0);
@@ -242,7 +242,8 @@ TEST_CASE("cuda powersgd: statuses, traffic, steps exact; dense layers bit for b
   using bellows::shape;
   const std::vector<config> configs = {
       {"64x48 rank 1", shape{64, 48}, {.rank = 1, .seed = 1}},
-      {"64x48 rank 2, a new query each step, no memory, eps", shape{64, 48},
+      {"64x48 rank 2, a new query each step, no memory, eps",
+       shape{64, 48},
        {.rank = 2, .warm_start = false, .orthogonalization_eps = 1e-3f, .feedback = feedback::none, .seed = 2}},
       {"257x33 rank 4 (three row tiles), NaN step", shape{257, 33}, {.rank = 4, .seed = 3}, true},
       {"257x33 rank 2, a new query each step", shape{257, 33}, {.rank = 2, .warm_start = false, .seed = 9}, true},
@@ -419,8 +420,8 @@ TEST_CASE("cuda powersgd: checkpoints cross backends; a bad one changes nothing"
   auto loaded = reader.make_state(layer_of(c));
   bellows::checkpoint_reader record_in(record);
   reader.load(loaded, record_in);
-  check_close(got, want, tolerance(c, want, std::vector<float>(loaded.memory.values().begin(),
-                                                               loaded.memory.values().end())));
+  check_close(got, want,
+              tolerance(c, want, std::vector<float>(loaded.memory.values().begin(), loaded.memory.values().end())));
   CHECK(got.traces[0].step == 4);
 
   std::atomic<std::size_t> right{0};

@@ -47,13 +47,12 @@ bellows::layer_info layer_of(const config& c) { return {3, "fc", bellows::shape{
 
 std::size_t ranks() { return static_cast<std::size_t>(bellows::cuda::device_count()); }
 
-
 }  // namespace
 
 TEST_CASE("cuda qsgd: every rank's average, memory and step equal the CPU's, bit for bit") {
   if (!bellows::test::have_device()) return;
-  using bellows::qsgd_norm;
   using bellows::feedback;
+  using bellows::qsgd_norm;
   const std::vector<config> configs = {
       {0, {.bits = 8, .bucket = 512, .feedback = feedback::residual}, false},
       {1, {.bits = 4, .bucket = 1, .norm = qsgd_norm::max_abs, .seed = 5}, true},

@@ -59,8 +59,8 @@ void compare(std::size_t n, std::size_t bucket, unsigned bits, bellows::bucket_n
   CHECK(same_bytes(d_codes.host(), codes));
   // Codes that start at an odd address (inside a payload, say) are written byte by byte.
   bellows::test::device_array<std::uint8_t> shifted(layout.code_bytes() + 1);
-  bellows::cuda::quantize_pack(dev, d_in.span(), layout, norm, rng, d_scales.span(),
-                               shifted.span().subspan(1), flag.data());
+  bellows::cuda::quantize_pack(dev, d_in.span(), layout, norm, rng, d_scales.span(), shifted.span().subspan(1),
+                               flag.data());
   const std::vector<std::uint8_t> got = shifted.host();
   CHECK(same_bytes(std::vector<std::uint8_t>(got.begin() + 1, got.end()), codes));
 

@@ -51,8 +51,8 @@ TEST_CASE("cuda randk: every rank's average, memory and step equal the CPU's, bi
   const std::vector<config> configs = {
       {0, {.ratio = 0.5}, false},
       {1, {.ratio = 1.0, .seed = 3}, true},
-      {1000, {.ratio = 0.01, .seed = 11}, true},                                        // few: the plain draw
-      {1000, {.ratio = 0.9, .feedback = feedback::none}, false},                        // most: the complement
+      {1000, {.ratio = 0.01, .seed = 11}, true},                                         // few: the plain draw
+      {1000, {.ratio = 0.9, .feedback = feedback::none}, false},                         // most: the complement
       {5000, {.k = 37, .unbiased = true, .feedback = feedback::none, .seed = 5}, true},  // n / k scaling
       {4099, {.ratio = 0.25, .feedback = feedback::scaled, .seed = 8}, false},
   };
@@ -76,9 +76,9 @@ TEST_CASE("cuda randk: per-rank mode, wrong states, streams and sizes are refuse
   if (!bellows::test::have_device()) return;
   CHECK_THROWS_WITH_AS(bellows::randk<bellows::cuda::executor>({.mode = bellows::randk_mode::per_rank}),
                        doctest::Contains("shared mode only"), bellows::error);
-  CHECK_THROWS_WITH_AS((void)bellows::randk<bellows::cuda::executor>({.unbiased = true}).make_state(
-                           {0, "fc", bellows::shape{10}}),
-                       doctest::Contains("unbiased scaling needs feedback none"), bellows::error);
+  CHECK_THROWS_WITH_AS(
+      (void)bellows::randk<bellows::cuda::executor>({.unbiased = true}).make_state({0, "fc", bellows::shape{10}}),
+      doctest::Contains("unbiased scaling needs feedback none"), bellows::error);
   const config c{200, {.ratio = 0.1}, false};
   bellows::test::check_refusals<bellows::randk>(
       c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); },

@@ -80,8 +80,8 @@ void compare(std::size_t n, std::size_t k, data kind, float bad) {
 
 TEST_CASE("cuda select_top: the CPU's exact set, values and residual, ties to the lower index") {
   if (!bellows::test::have_device()) return;
-  const std::size_t cases[][2] = {{0, 0},   {1, 1},         {2, 1},        {100, 7},          {4096, 4096},
-                                  {5000, 1}, {5000, 4999},  {100'003, 1000}, {1 << 20, 10486}, {3'000'017, 300'001}};
+  const std::size_t cases[][2] = {{0, 0},    {1, 1},       {2, 1},          {100, 7},         {4096, 4096},
+                                  {5000, 1}, {5000, 4999}, {100'003, 1000}, {1 << 20, 10486}, {3'000'017, 300'001}};
   for (const auto& c : cases)
     for (data kind : {data::normal, data::few_values, data::zeros}) compare(c[0], c[1], kind, 0.0f);
 }

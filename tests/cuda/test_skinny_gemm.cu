@@ -291,8 +291,7 @@ TEST_CASE("cuda skinny products refuse factors of the wrong size and a workspace
   const bellows::compensated_matrix M{g.span(), {}, 300, 3};
   CHECK_THROWS_AS(bellows::cuda::project_rows(dev, M, bad.span(), p.span()), bellows::error);
   CHECK_THROWS_AS(bellows::cuda::project_cols(dev, M, bad.span(), q.span()), bellows::error);
-  CHECK_THROWS_AS(bellows::cuda::project_rows(dev, {g.span(), bad.span(), 300, 3}, q.span(), p.span()),
-                  bellows::error);
+  CHECK_THROWS_AS(bellows::cuda::project_rows(dev, {g.span(), bad.span(), 300, 3}, q.span(), p.span()), bellows::error);
   CHECK_THROWS_AS(bellows::cuda::reconstruct_update(dev, g.span(), {}, 300, 3, p.span(), bad.span()), bellows::error);
   // 300 rows are three tiles of tile sums; the executor holds no workspace yet.
   CHECK(bellows::cuda::project_cols_workspace_bytes(300, 3, 2) > 0);

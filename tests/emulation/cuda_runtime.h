@@ -407,10 +407,13 @@ void launch(void (*kernel)(Params...), unsigned blocks, unsigned threads, cudaSt
     std::tuple<Params...> args;
   } pending{kernel, std::tuple<Params...>(args...)};
   std::lock_guard lock(m_mutex);
-  run_grid(blocks, threads, [](void* p) {
-    auto* c = static_cast<call*>(p);
-    std::apply(c->kernel, c->args);  // each thread gets its own copies of the parameters
-  }, &pending);
+  run_grid(
+      blocks, threads,
+      [](void* p) {
+        auto* c = static_cast<call*>(p);
+        std::apply(c->kernel, c->args);  // each thread gets its own copies of the parameters
+      },
+      &pending);
 }
 
 /// The value `v` of lane `source` (an index within the calling thread's warp), exchanged

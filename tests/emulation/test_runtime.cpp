@@ -42,8 +42,8 @@ __global__ void rotate(unsigned* out) {
 __global__ void shuffles(int* out) {
   const int lane = static_cast<int>(threadIdx.x % 32), t = static_cast<int>(threadIdx.x);
   out[4 * t + 0] = __shfl_xor_sync(0xFFFFFFFFu, t, 1);
-  out[4 * t + 1] = __shfl_xor_sync(0xFFFFFFFFu, t, 4, 8);    // within groups of 8
-  out[4 * t + 2] = __shfl_xor_sync(0xFFFFFFFFu, t, 8, 8);    // a later group: the caller's own
+  out[4 * t + 1] = __shfl_xor_sync(0xFFFFFFFFu, t, 4, 8);      // within groups of 8
+  out[4 * t + 2] = __shfl_xor_sync(0xFFFFFFFFu, t, 8, 8);      // a later group: the caller's own
   out[4 * t + 3] = __shfl_sync(0xFFFFFFFFu, t, lane + 3, 16);  // source lane modulo 16
 }
 
@@ -266,7 +266,7 @@ TEST_CASE("emulation: three devices and the last error, both per host thread") {
     (void)cudaPointerGetAttributes(nullptr, nullptr);
     other_after = cudaGetLastError();
   }).join();
-  CHECK(other_device == 0);  // a new host thread starts on device 0 ...
+  CHECK(other_device == 0);            // a new host thread starts on device 0 ...
   CHECK(other_before == cudaSuccess);  // ... with no error
   CHECK(other_after == cudaErrorInvalidValue);
   CHECK(cudaGetLastError() == cudaErrorInvalidDevice);  // still this thread's own
@@ -433,8 +433,8 @@ TEST_CASE("emulated NCCL: argument errors, and ranks that disagree, are reported
   });
   for (std::size_t r = 0; r < 3; ++r) {
     CAPTURE(r);
-    CHECK(results[r] == std::array<ncclResult_t, 4>{ncclInvalidArgument, ncclInvalidArgument, ncclInvalidArgument,
-                                                     ncclInvalidUsage});
+    CHECK(results[r] ==
+          std::array<ncclResult_t, 4>{ncclInvalidArgument, ncclInvalidArgument, ncclInvalidArgument, ncclInvalidUsage});
   }
   int rank = 0;
   CHECK(ncclCommUserRank(nullptr, &rank) == ncclInvalidArgument);

@@ -44,8 +44,7 @@ inline const dataset* real_data() {
 
 /// The quick comparison cut down to seconds: `epochs` epochs of `train_images` training and 128
 /// test images, batch 16 per worker, and the given runs.
-inline comparison_config small_comparison(std::size_t epochs, std::size_t train_images,
-                                          std::vector<run_spec> runs) {
+inline comparison_config small_comparison(std::size_t epochs, std::size_t train_images, std::vector<run_spec> runs) {
   comparison_config config = quick_comparison();
   set_epochs(config, epochs);
   config.train.train_limit = train_images;

@@ -112,7 +112,8 @@ TEST_CASE("fmnist demo: the quick comparison writes every run, seed, epoch and f
     CHECK_MESSAGE(runs.count(spec.id()) == 1, spec.id());
 
   const std::string md = read_text(dir / "results.md");
-  for (const fmnist::run_spec& spec : config.runs) CHECK(md.find("| " + config.label(spec) + " |") != std::string::npos);
+  for (const fmnist::run_spec& spec : config.runs)
+    CHECK(md.find("| " + config.label(spec) + " |") != std::string::npos);
   CHECK(md.find("- PowerSGD Accordion (rank 4 ↔ 1): the claim ") != std::string::npos);
   CHECK(md.find("- PowerSGD Accordion (rank 2 ↔ 1): the claim ") != std::string::npos);
   CHECK(md.find("- top-k Accordion (ratio 0.99 ↔ 0.1): the claim ") != std::string::npos);
@@ -129,7 +130,8 @@ TEST_CASE("fmnist demo: the verdict compares Accordion with static low as the is
   using fmnist::method, fmnist::policy;
   fmnist::comparison_config config;
   config.seeds = {1, 2};
-  config.runs = {{method::powersgd, policy::static_low}, {method::powersgd, policy::static_high},
+  config.runs = {{method::powersgd, policy::static_low},
+                 {method::powersgd, policy::static_high},
                  {method::powersgd, policy::accordion}};
   const auto verdict = [&](double acc1, double acc2, std::uint64_t floats) {
     const std::vector<fmnist::run_result> results{
@@ -288,10 +290,9 @@ TEST_CASE("fmnist demo: the command line sets the levels, momentum, level change
     for (std::string& a : args) argv.push_back(a.data());
     return fmnist::cli::parse(static_cast<int>(argv.size()), argv.data());
   };
-  const fmnist::cli::command c =
-      parse({"--powersgd-low", "8,2", "--powersgd-high", "2", "--topk-low", "0.5", "--topk-high", "0.05",
-             "--momentum", "0.8", "--level-change", "reset", "--epoch-images", "6000", "--runs",
-             "powersgd-accordion-pair2,topk-low"});
+  const fmnist::cli::command c = parse({"--powersgd-low", "8,2", "--powersgd-high", "2", "--topk-low", "0.5",
+                                        "--topk-high", "0.05", "--momentum", "0.8", "--level-change", "reset",
+                                        "--epoch-images", "6000", "--runs", "powersgd-accordion-pair2,topk-low"});
   CHECK(c.config.powersgd_low_ranks == std::vector<std::size_t>{8, 2});
   CHECK(c.config.powersgd_high_rank == 2);
   CHECK(c.config.topk_low_ratio == doctest::Approx(0.5));

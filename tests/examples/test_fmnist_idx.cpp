@@ -116,7 +116,8 @@ TEST_CASE("fmnist idx: bad files raise bellows::error naming the file and the pr
   };
   std::vector<std::uint8_t> short_data = idx_bytes({3, 28, 28}, pixels);
   short_data.resize(short_data.size() - 100);
-  refused("truncated_data.gz", short_data, 3, "truncated: the header promises 2352 bytes of data (3x28x28), the file holds 2252");
+  refused("truncated_data.gz", short_data, 3,
+          "truncated: the header promises 2352 bytes of data (3x28x28), the file holds 2252");
   refused("truncated_header.gz", {0, 0, 8, 3, 0, 0}, 3, "truncated: 6 bytes, the header of 3 dimensions needs 16");
   refused("tiny.gz", {0, 0}, 1, "truncated: 2 bytes");
   std::vector<std::uint8_t> magic = idx_bytes({3}, {1, 2, 3});
@@ -139,8 +140,8 @@ TEST_CASE("fmnist idx: bad files raise bellows::error naming the file and the pr
   CHECK_THROWS_WITH_AS((void)fmnist::read_idx(cut, 3), doctest::Contains("corrupt or truncated gzip stream"),
                        bellows::error);
 
-  CHECK_THROWS_WITH_AS((void)fmnist::read_idx(tmp.path / "absent.gz", 1),
-                       doctest::Contains("cannot open"), bellows::error);
+  CHECK_THROWS_WITH_AS((void)fmnist::read_idx(tmp.path / "absent.gz", 1), doctest::Contains("cannot open"),
+                       bellows::error);
 }
 
 TEST_CASE("fmnist idx: images and labels that do not belong together are refused") {

@@ -191,6 +191,7 @@ TEST_CASE("fmnist mlp: batches of the wrong size are refused") {
   const std::vector<std::uint8_t> labels(5);
   CHECK_THROWS_WITH_AS(m.train_batch(x, labels), doctest::Contains("a batch of 5 samples, max_batch is 4"),
                        bellows::error);
-  CHECK_THROWS_WITH_AS(m.evaluate(std::span<const float>(x.data(), 700), std::span<const std::uint8_t>(labels.data(), 1)),
-                       doctest::Contains("700 inputs for 1 samples"), bellows::error);
+  CHECK_THROWS_WITH_AS(
+      m.evaluate(std::span<const float>(x.data(), 700), std::span<const std::uint8_t>(labels.data(), 1)),
+      doctest::Contains("700 inputs for 1 samples"), bellows::error);
 }

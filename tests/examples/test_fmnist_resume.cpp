@@ -25,9 +25,7 @@ namespace {
 
 /// 4 epochs of 8 steps of 4 workers x batch 16 (512 training and 128 test images), Accordion
 /// checking every epoch and a learning-rate decay after epochs 2 and 3: seconds.
-fmnist::comparison_config small(fmnist::run_spec spec) {
-  return fmnist::testing::small_comparison(4, 512, {spec});
-}
+fmnist::comparison_config small(fmnist::run_spec spec) { return fmnist::testing::small_comparison(4, 512, {spec}); }
 
 std::filesystem::path scratch(const char* name) {
   return std::filesystem::temp_directory_path() /
@@ -36,8 +34,8 @@ std::filesystem::path scratch(const char* name) {
 
 /// Trains `config` with a checkpoint at `path` in a child process that SIGKILLs itself as soon as
 /// epoch `k` is saved (the progress callback runs after the save); returns the child's wait status.
-int train_and_kill(const fmnist::dataset& data, fmnist::comparison_config config,
-                   const std::filesystem::path& path, std::size_t k) {
+int train_and_kill(const fmnist::dataset& data, fmnist::comparison_config config, const std::filesystem::path& path,
+                   std::size_t k) {
   config.train.checkpoint = path;
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
@@ -66,13 +64,13 @@ TEST_CASE("fmnist resume: killed after the checkpoint of epoch k, resumed, the s
   // decisions; static high has its levels high in every epoch (Accordion's are all low in 4
   // epochs with decays from epochs 2 and 3). k = 1 resumes before the decay, k = 2 between the two. Under a sanitizer
   // (the model ~30x slower) PowerSGD with k = 1 only.
-  const std::vector<fmnist::run_spec> specs =
-      fmnist::testing::sanitized ? std::vector<fmnist::run_spec>{{method::powersgd, policy::accordion}}
-                                 : std::vector<fmnist::run_spec>{{method::powersgd, policy::accordion},
-                                                                 {method::topk, policy::accordion},
-                                                                 {method::topk, policy::static_high}};
-  const std::vector<std::size_t> kill_after = fmnist::testing::sanitized ? std::vector<std::size_t>{1}
-                                                                         : std::vector<std::size_t>{1, 2};
+  const std::vector<fmnist::run_spec> specs = fmnist::testing::sanitized
+                                                  ? std::vector<fmnist::run_spec>{{method::powersgd, policy::accordion}}
+                                                  : std::vector<fmnist::run_spec>{{method::powersgd, policy::accordion},
+                                                                                  {method::topk, policy::accordion},
+                                                                                  {method::topk, policy::static_high}};
+  const std::vector<std::size_t> kill_after =
+      fmnist::testing::sanitized ? std::vector<std::size_t>{1} : std::vector<std::size_t>{1, 2};
   for (const fmnist::run_spec& spec : specs) {
     for (const std::size_t k : kill_after) {
       CAPTURE(spec.id());
@@ -141,8 +139,8 @@ TEST_CASE("fmnist resume: a checkpoint of another training, truncated or missing
 
   fmnist::comparison_config other_seed = config;
   other_seed.seeds = {2};
-  CHECK_THROWS_WITH_AS(fmnist::run_comparison(*data, other_seed), doctest::Contains("not a checkpoint of this training"),
-                       bellows::wire_error);
+  CHECK_THROWS_WITH_AS(fmnist::run_comparison(*data, other_seed),
+                       doctest::Contains("not a checkpoint of this training"), bellows::wire_error);
   fmnist::comparison_config other_workers = config;
   other_workers.train.workers = 2;
   CHECK_THROWS_AS(fmnist::run_comparison(*data, other_workers), bellows::wire_error);

@@ -76,8 +76,8 @@ TEST_CASE("fmnist training: one quick epoch reaches 75% test accuracy") {
   const fmnist::train_result result = fmnist::train(*data, quick(7), uncompressed, hook);
   REQUIRE(result.epochs.size() == 1);
   const fmnist::epoch_report& r = result.epochs[0];
-  MESSAGE("one epoch on 12000 images: test accuracy " << 100 * r.test_accuracy << "%, train loss "
-                                                      << r.train_loss << ", " << r.seconds << " s");
+  MESSAGE("one epoch on 12000 images: test accuracy " << 100 * r.test_accuracy << "%, train loss " << r.train_loss
+                                                      << ", " << r.seconds << " s");
   // An untrained model scores 10%; one epoch of this subset gives about 80% (80.1% measured).
   CHECK(r.test_accuracy > 0.75);
   CHECK(r.train_loss < 1.5);

@@ -106,7 +106,8 @@ TEST_CASE("memsgd logistic: the sample gradients average to the full gradient, w
     up[j] += 1e-5;
     down[j] -= 1e-5;
     const double slope = (memsgd::objective(data, lambda, std::span<const double>(up)) -
-                          memsgd::objective(data, lambda, std::span<const double>(down))) / 2e-5;
+                          memsgd::objective(data, lambda, std::span<const double>(down))) /
+                         2e-5;
     CHECK(full[j] == doctest::Approx(slope).epsilon(1e-5).scale(1e-3));
   }
   CHECK(memsgd::logistic_loss(800.0) >= 0.0);
@@ -163,10 +164,12 @@ TEST_CASE("memsgd training: the scaled memory of bellows::topk is Mem-SGD's memo
   std::vector<std::size_t> order(data.d);
   for (std::uint64_t t = 0; t < steps; ++t) {
     const auto eta = static_cast<float>(cfg.eta.at(t));
-    memsgd::sample_gradient(data, lambda, memsgd::sample_of(cfg.seed, t, data.n()), [&](std::size_t j) { return x[j]; }, g);
+    memsgd::sample_gradient(
+        data, lambda, memsgd::sample_of(cfg.seed, t, data.n()), [&](std::size_t j) { return x[j]; }, g);
     for (std::size_t j = 0; j < data.d; ++j) sum[j] = m[j] + eta * g[j];
     std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return std::fabs(sum[a]) > std::fabs(sum[b]); });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return std::fabs(sum[a]) > std::fabs(sum[b]); });
     m = sum;
     for (std::size_t e = 0; e < k; ++e) {
       x[order[e]] -= sum[order[e]];
@@ -218,7 +221,8 @@ TEST_CASE("memsgd lock-free: every step taken once, deterministic with one threa
   cfg.k = 10;
   cfg.eta = memsgd::step_size::decaying(2.0, lambda);
   cfg.snapshots = 10;
-  const double start = memsgd::objective(data, lambda, std::span<const float>(std::vector<float>(data.d, 0.0f))) - best.value;
+  const double start =
+      memsgd::objective(data, lambda, std::span<const float>(std::vector<float>(data.d, 0.0f))) - best.value;
 
   const memsgd::lock_free_result one = memsgd::run_lock_free(data, lambda, best.value, cfg);
   const memsgd::lock_free_result again = memsgd::run_lock_free(data, lambda, best.value, cfg);
@@ -247,8 +251,8 @@ TEST_CASE("memsgd lock-free: every step taken once, deterministic with one threa
   CHECK(two.time_to(-1.0) < 0.0);
 
   cfg.steps = 1;
-  CHECK_THROWS_WITH_AS((void)memsgd::run_lock_free(data, lambda, best.value, cfg), doctest::Contains("steps >= threads"),
-                       bellows::error);
+  CHECK_THROWS_WITH_AS((void)memsgd::run_lock_free(data, lambda, best.value, cfg),
+                       doctest::Contains("steps >= threads"), bellows::error);
 }
 
 TEST_CASE("memsgd plots: an SVG with one polyline per series, escaped text, only plottable points") {
@@ -301,7 +305,8 @@ TEST_CASE("memsgd --quick: the paper's claims that hold at this scale") {
       CHECK(final_of(method_kind::topk, k, false) >= (fmnist_set || k == 100 ? 10 : 2) * sgd);
     }
     // top-k beats rand-k at equal k, both with memory
-    for (const std::size_t k : {1, 10}) CHECK(final_of(method_kind::topk, k, true) < final_of(method_kind::randk, k, true));
+    for (const std::size_t k : {1, 10})
+      CHECK(final_of(method_kind::topk, k, true) < final_of(method_kind::randk, k, true));
     // the cheaper Mem-SGD (top-1 or top-10) reaches 2x SGD's final suboptimality with at least
     // 10x fewer bits than any QSGD
     const double target = 2 * s.find(decaying_schedule, {method_kind::sgd}).final_suboptimality();

@@ -6,7 +6,6 @@
 #include <bellows/collectives/mpi.hpp>
 #include <bellows/compressors/identity.hpp>
 
-
 #include <cmath>
 #include <vector>
 
@@ -14,9 +13,7 @@
 
 namespace {
 
-std::vector<float> input(std::size_t n, std::size_t rank) {
-  return bellows::testing::normal_floats(n, rank);
-}
+std::vector<float> input(std::size_t n, std::size_t rank) { return bellows::testing::normal_floats(n, rank); }
 
 }  // namespace
 

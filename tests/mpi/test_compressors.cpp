@@ -22,7 +22,6 @@
 #include <bellows/regime/accordion.hpp>
 #include <bellows/sync/synchronizer.hpp>
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -128,8 +127,7 @@ TEST_CASE("mpi adapter: every compressor equals the local collective's result") 
   }
   SUBCASE("rand-k per rank") {
     check_against_local(
-        [] { return bellows::randk<>({.ratio = 0.1, .mode = bellows::randk_mode::per_rank, .seed = 5}); },
-        true);
+        [] { return bellows::randk<>({.ratio = 0.1, .mode = bellows::randk_mode::per_rank, .seed = 5}); }, true);
   }
   SUBCASE("PowerSGD rank 2") {
     check_against_local([] { return bellows::powersgd<>({.rank = 2, .seed = 3}); }, false);
@@ -146,8 +144,9 @@ constexpr std::size_t sync_layers = 3, sync_epochs = 6, steps_per_epoch = 2;
 /// The gradient of a layer at a step: normal values scaled per layer and epoch, so that the
 /// norms jump for some layers at some checks and stay for others.
 std::vector<float> sync_grad(std::size_t layer, std::size_t rank, std::size_t epoch, std::size_t step) {
-  static constexpr float scale[sync_layers][sync_epochs] = {
-      {1, 1, 0.2f, 0.2f, 0.2f, 1}, {1, 1, 1, 1, 1, 1}, {4, 1, 1, 0.5f, 0.5f, 0.5f}};
+  static constexpr float scale[sync_layers][sync_epochs] = {{1, 1, 0.2f, 0.2f, 0.2f, 1},
+                                                            {1, 1, 1, 1, 1, 1},
+                                                            {4, 1, 1, 0.5f, 0.5f, 0.5f}};
   auto g = input(layer_shape.size(), rank, static_cast<int>(100 * layer + 10 * epoch + step));
   for (float& v : g) v *= scale[layer][epoch];
   return g;

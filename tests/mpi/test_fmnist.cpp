@@ -29,7 +29,8 @@ namespace {
 /// 3 epochs of 256 training and 128 test images, batch 16 per worker, Accordion every epoch.
 fmnist::comparison_config tiny(std::size_t workers) {
   fmnist::comparison_config config = fmnist::testing::small_comparison(
-      3, 256, {{fmnist::method::powersgd, fmnist::policy::accordion}, {fmnist::method::topk, fmnist::policy::accordion}});
+      3, 256,
+      {{fmnist::method::powersgd, fmnist::policy::accordion}, {fmnist::method::topk, fmnist::policy::accordion}});
   config.train.workers = workers;
   return config;
 }
@@ -111,8 +112,9 @@ TEST_CASE("fmnist over MPI: a checkpoint of the thread run resumes under MPI to 
     // The thread run stops with an error right after the save of epoch 0.
     fmnist::comparison_config saving = config;
     saving.train.checkpoint = path;
-    CHECK_THROWS_WITH(fmnist::run_comparison(*data, saving, [](const fmnist::run_result&) { throw std::runtime_error("stop"); }),
-                      "stop");
+    CHECK_THROWS_WITH(
+        fmnist::run_comparison(*data, saving, [](const fmnist::run_result&) { throw std::runtime_error("stop"); }),
+        "stop");
   }
   config.train.resume = path;
   bellows::collectives::mpi comm(MPI_COMM_WORLD, bellows::collectives::mpi_sum_order::rank);

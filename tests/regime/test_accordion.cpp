@@ -47,9 +47,7 @@ struct skewed_collective {
     inner->allreduce_sum(v);
     for (float& x : v) x += static_cast<float>(rank());
   }
-  void allgather(std::span<const std::byte> mine, bellows::gather_buffer& out) {
-    inner->allgather(mine, out);
-  }
+  void allgather(std::span<const std::byte> mine, bellows::gather_buffer& out) { inner->allgather(mine, out); }
 };
 
 /// A detector of one 2-element layer.
@@ -73,13 +71,13 @@ regime epoch_with_norm(accordion& d, float norm, float lr = 0.1f, int steps = 3)
 
 TEST_CASE("accordion rule: the first check is critical, then critical iff |prev - now| / prev >= eta") {
   accordion d = one_layer({.eta = 0.5f, .interval = 1});
-  CHECK(d.regimes()[0] == C);              // before any check
-  CHECK(epoch_with_norm(d, 4.0f) == C);    // first check: no previous norm
-  CHECK(epoch_with_norm(d, 3.0f) == N);    // |4 - 3| / 4 = 0.25
-  CHECK(epoch_with_norm(d, 1.0f) == C);    // |3 - 1| / 3 = 0.67
-  CHECK(epoch_with_norm(d, 1.25f) == N);   // 0.25
-  CHECK(epoch_with_norm(d, 2.5f) == C);    // growth counts too: |1.25 - 2.5| / 1.25 = 1
-  CHECK(epoch_with_norm(d, 2.5f) == N);    // 0
+  CHECK(d.regimes()[0] == C);             // before any check
+  CHECK(epoch_with_norm(d, 4.0f) == C);   // first check: no previous norm
+  CHECK(epoch_with_norm(d, 3.0f) == N);   // |4 - 3| / 4 = 0.25
+  CHECK(epoch_with_norm(d, 1.0f) == C);   // |3 - 1| / 3 = 0.67
+  CHECK(epoch_with_norm(d, 1.25f) == N);  // 0.25
+  CHECK(epoch_with_norm(d, 2.5f) == C);   // growth counts too: |1.25 - 2.5| / 1.25 = 1
+  CHECK(epoch_with_norm(d, 2.5f) == N);   // 0
   CHECK(d.state().checks == 6);
   CHECK(d.state().norm_prev[0] == 2.5f);
 }
@@ -272,7 +270,7 @@ TEST_CASE("accordion agreement: W = 4 ranks with different gradients take identi
     return g;
   };
   std::vector<std::vector<std::vector<regime>>> seen(W);  // rank -> epoch -> regimes
-  std::vector<std::vector<float>> norms(W);                // rank -> norms at the last check
+  std::vector<std::vector<float>> norms(W);               // rank -> norms at the last check
   bellows::collectives::local_group group(W);
   group.run([&](bellows::collectives::local& comm) {
     accordion d({.eta = 0.5f, .interval = 2, .check_agreement = true});
@@ -359,10 +357,10 @@ TEST_CASE("accordion: bad configuration raises bellows::error naming the value")
   CHECK_THROWS_WITH_AS(accordion({.eta = 0.0f}), doctest::Contains("eta must be a finite number > 0, got 0"),
                        bellows::error);
   CHECK_THROWS_WITH_AS(accordion({.eta = -0.5f}), doctest::Contains("got -0.5"), bellows::error);
-  CHECK_THROWS_WITH_AS(accordion({.eta = std::numeric_limits<float>::quiet_NaN()}),
-                       doctest::Contains("eta"), bellows::error);
-  CHECK_THROWS_WITH_AS(accordion({.interval = 0}),
-                       doctest::Contains("interval must be at least 1 epoch, got 0"), bellows::error);
+  CHECK_THROWS_WITH_AS(accordion({.eta = std::numeric_limits<float>::quiet_NaN()}), doctest::Contains("eta"),
+                       bellows::error);
+  CHECK_THROWS_WITH_AS(accordion({.interval = 0}), doctest::Contains("interval must be at least 1 epoch, got 0"),
+                       bellows::error);
   CHECK_NOTHROW(accordion({.eta = 2.0f, .interval = 1}));  // eta > 1 is legal: growth can exceed 1
 }
 
@@ -372,16 +370,13 @@ TEST_CASE("accordion: misuse raises bellows::error naming the layer and the valu
                        bellows::error);
   d.add_layer({0, "fc1.weight", bellows::shape{2, 3}});
   CHECK_THROWS_WITH_AS(d.observe(0, std::vector<float>(5)),
-                       doctest::Contains("'fc1.weight' of shape 2x3 has 6 elements, the gradient 5"),
-                       bellows::error);
-  CHECK_THROWS_WITH_AS(d.observe(1, std::vector<float>(6)), doctest::Contains("layer id 1 of 1"),
-                       bellows::error);
+                       doctest::Contains("'fc1.weight' of shape 2x3 has 6 elements, the gradient 5"), bellows::error);
+  CHECK_THROWS_WITH_AS(d.observe(1, std::vector<float>(6)), doctest::Contains("layer id 1 of 1"), bellows::error);
   recording_collective coll;
-  CHECK_THROWS_WITH_AS(d.end_epoch(1, 0.1f, coll), doctest::Contains("end_epoch(1) while epoch 0"),
-                       bellows::error);
+  CHECK_THROWS_WITH_AS(d.end_epoch(1, 0.1f, coll), doctest::Contains("end_epoch(1) while epoch 0"), bellows::error);
   CHECK_THROWS_WITH_AS(d.end_epoch(0, 0.0f, coll), doctest::Contains("learning rate"), bellows::error);
-  CHECK_THROWS_WITH_AS(d.end_epoch(0, std::numeric_limits<float>::infinity(), coll),
-                       doctest::Contains("got inf"), bellows::error);
+  CHECK_THROWS_WITH_AS(d.end_epoch(0, std::numeric_limits<float>::infinity(), coll), doctest::Contains("got inf"),
+                       bellows::error);
   CHECK(d.epoch() == 0);  // the refused calls changed nothing
   d.end_epoch(0, 0.1f, coll);
   CHECK_THROWS_WITH_AS(d.add_layer({1, "fc2.weight", bellows::shape{3}}),
@@ -448,8 +443,7 @@ TEST_CASE("accordion: a state restored mid-epoch continues exactly as the uninte
   // A state that does not fit the layers is refused, naming the layer, and changes nothing.
   bellows::accordion_state wrong = whole.state();
   wrong.sums[0].resize(31);
-  CHECK_THROWS_WITH_AS(resumed.restore(wrong), doctest::Contains("layer 'w' (included, 32 elements)"),
-                       bellows::error);
+  CHECK_THROWS_WITH_AS(resumed.restore(wrong), doctest::Contains("layer 'w' (included, 32 elements)"), bellows::error);
   wrong = whole.state();
   wrong.sums[1].resize(8);
   CHECK_THROWS_WITH_AS(resumed.restore(wrong), doctest::Contains("layer 'b' (excluded"), bellows::error);
@@ -464,7 +458,7 @@ TEST_CASE("accordion batch-size variant: small while any participating layer is 
   d.add_layer({0, "a", bellows::shape{2}});
   d.add_layer({1, "b", bellows::shape{2}});
   d.add_layer({2, "bias", bellows::shape{2}}, participation::excluded);  // always critical, ignored
-  CHECK(d.batch_size() == 32);  // before the first check
+  CHECK(d.batch_size() == 32);                                           // before the first check
   recording_collective coll;
   const auto run_epoch = [&](float a, float b, float lr = 0.1f) {
     d.observe(0, std::vector<float>{a, 0.0f});
@@ -482,6 +476,5 @@ TEST_CASE("accordion batch-size variant: small while any participating layer is 
   CHECK_THROWS_WITH_AS(bellows::accordion_batch_size({.small = 0, .large = 8}),
                        doctest::Contains("small batch size must be >= 1, got 0"), bellows::error);
   CHECK_THROWS_WITH_AS(bellows::accordion_batch_size({.small = 64, .large = 32}),
-                       doctest::Contains("large batch size (32) must be >= the small one (64)"),
-                       bellows::error);
+                       doctest::Contains("large batch size (32) must be >= the small one (64)"), bellows::error);
 }

@@ -11,9 +11,8 @@
 namespace bellows::testing {
 
 [[nodiscard]] inline bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return std::ranges::equal(a, b, [](float x, float y) {
-    return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y);
-  });
+  return std::ranges::equal(
+      a, b, [](float x, float y) { return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y); });
 }
 
 }  // namespace bellows::testing

@@ -61,8 +61,8 @@ constexpr bool lossy_on_one_element() {
 
 // Layers with no elements (as a 1-D and as a matrix with a zero dimension), with one element
 // (as a scalar, a vector and a 1x1 matrix), and an ordinary one beside them.
-const bellows::shape odd_shapes[] = {bellows::shape{0},    bellows::shape{3, 0}, bellows::shape{},
-                                     bellows::shape{1},    bellows::shape{1, 1}, bellows::shape{12, 10}};
+const bellows::shape odd_shapes[] = {bellows::shape{0}, bellows::shape{3, 0}, bellows::shape{},
+                                     bellows::shape{1}, bellows::shape{1, 1}, bellows::shape{12, 10}};
 
 float value_of(std::size_t rank, std::size_t layer, int step, std::size_t i) {
   return static_cast<float>(rank + 1) * 0.25f + static_cast<float>(layer) - static_cast<float>(step) * 0.5f +
@@ -73,7 +73,8 @@ template <class Case>
 auto make_sync() {
   auto [low, high] = Case::make();
   bellows::synchronizer sync(std::move(low), std::move(high), bellows::accordion({.interval = 1}));
-  for (std::size_t id = 0; id < std::size(odd_shapes); ++id) sync.add_layer("layer" + std::to_string(id), odd_shapes[id]);
+  for (std::size_t id = 0; id < std::size(odd_shapes); ++id)
+    sync.add_layer("layer" + std::to_string(id), odd_shapes[id]);
   return sync;
 }
 
@@ -82,7 +83,8 @@ auto make_sync() {
 #define BAD_INPUT_CASES identity_levels, topk_levels, randk_levels, randk_per_rank_levels, qsgd_levels, powersgd_levels
 
 TEST_CASE_TEMPLATE("bad input: layers of no element and of one element go through every compressor, checkpoint "
-                   "and restore", Case, BAD_INPUT_CASES) {
+                   "and restore",
+                   Case, BAD_INPUT_CASES) {
   constexpr std::size_t w = 2;
   local_group group(w);
   std::atomic<int> right{0};
@@ -111,7 +113,8 @@ TEST_CASE_TEMPLATE("bad input: layers of no element and of one element go throug
             ok = ok && got == mean;
         }
       }
-      for (bellows::regime r : sync.end_epoch(0.1f, comm)) ok = ok && (r == bellows::regime::critical || r == bellows::regime::normal);
+      for (bellows::regime r : sync.end_epoch(0.1f, comm))
+        ok = ok && (r == bellows::regime::critical || r == bellows::regime::normal);
     }
     ok = ok && sync.telemetry()[0].steps == 4 && sync.telemetry()[2].steps == 4;
     saved[comm.rank()] = sync.checkpoint();
@@ -124,7 +127,8 @@ TEST_CASE_TEMPLATE("bad input: layers of no element and of one element go throug
 }
 
 TEST_CASE_TEMPLATE("bad input: a NaN or Inf in a one-element layer skips that layer on every rank and changes "
-                   "nothing", Case, BAD_INPUT_CASES) {
+                   "nothing",
+                   Case, BAD_INPUT_CASES) {
   constexpr std::size_t w = 2;
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     CAPTURE(bad);

@@ -199,7 +199,7 @@ TEST_CASE("synchronizer: a NaN in one layer on one rank skips that layer on ever
     const auto statuses = sync.step(v, comm);
     bool ok = statuses[0] == bellows::step_status::ok && statuses[2] == bellows::step_status::ok &&
               statuses[1] == bellows::step_status::non_finite;
-    ok = ok && g[1] == before[1];  // Inf compares equal to itself
+    ok = ok && g[1] == before[1];                                                 // Inf compares equal to itself
     ok = ok && sync.detector().seen[1] == 0.0 && sync.detector().seen[0] != 0.0;  // not observed
     ok = ok && sync.state(1).step == 0 && sync.state(0).step == 1;
     ok = ok && sync.telemetry()[1].skipped == 1 && sync.telemetry()[1].steps == 0;
@@ -213,7 +213,8 @@ TEST_CASE("synchronizer: save and load mid-run continue bit-identically; bad fil
   const auto dir = std::filesystem::temp_directory_path() / "bellows_sync_test";
   std::filesystem::create_directories(dir);
   using R = bellows::regime;
-  const std::vector<std::vector<R>> script{{R::normal, R::critical, R::normal}, {R::critical, R::normal, R::normal},
+  const std::vector<std::vector<R>> script{{R::normal, R::critical, R::normal},
+                                           {R::critical, R::normal, R::normal},
                                            {R::normal, R::normal, R::critical}};
   auto make = [&] {
     bellows::synchronizer sync(tagged(1), tagged(2), scripted{script, {}, {}});
@@ -374,30 +375,35 @@ TEST_CASE("synchronizer: ranks that registered another count, name, order or sha
   };
   const std::vector<std::pair<std::string, bellows::shape>> usual{{"fc1", bellows::shape{10, 4}},
                                                                   {"fc2", bellows::shape{4}}};
-  for (const variant& v : {variant{"an extra layer", {{"fc1", bellows::shape{10, 4}}, {"fc2", bellows::shape{4}},
-                                                      {"fc3", bellows::shape{4}}}},
-                           variant{"a missing layer", {{"fc1", bellows::shape{10, 4}}}},
-                           variant{"another name", {{"fc1", bellows::shape{10, 4}}, {"fc2.bias", bellows::shape{4}}}},
-                           variant{"another order", {{"fc2", bellows::shape{4}}, {"fc1", bellows::shape{10, 4}}}},
-                           variant{"another shape", {{"fc1", bellows::shape{4, 10}}, {"fc2", bellows::shape{4}}}}}) {
+  for (const variant& v :
+       {variant{"an extra layer",
+                {{"fc1", bellows::shape{10, 4}}, {"fc2", bellows::shape{4}}, {"fc3", bellows::shape{4}}}},
+        variant{"a missing layer", {{"fc1", bellows::shape{10, 4}}}},
+        variant{"another name", {{"fc1", bellows::shape{10, 4}}, {"fc2.bias", bellows::shape{4}}}},
+        variant{"another order", {{"fc2", bellows::shape{4}}, {"fc1", bellows::shape{10, 4}}}},
+        variant{"another shape", {{"fc1", bellows::shape{4, 10}}, {"fc2", bellows::shape{4}}}}}) {
     CAPTURE(v.what);
     local_group group(w);
     std::atomic<int> raised{0};
-    CHECK_THROWS_AS(run_or_fail_on_hang(group, [&](local& comm) {
-      bellows::synchronizer sync(bellows::identity<>(), bellows::identity<>(), critical_policy(bellows::regime::critical));
-      std::vector<std::vector<float>> g;
-      for (const auto& [name, shp] : comm.rank() == 2 ? v.odd : usual) {
-        sync.add_layer(name, shp);
-        g.emplace_back(shp.size(), 1.0f);
-      }
-      std::vector<std::span<float>> views(g.begin(), g.end());
-      try {
-        (void)sync.step(views, comm);
-      } catch (const bellows::error& e) {
-        if (std::string(e.what()).find("different layers") != std::string::npos) ++raised;
-        throw;
-      }
-    }), bellows::error);
+    CHECK_THROWS_AS(run_or_fail_on_hang(group,
+                                        [&](local& comm) {
+                                          bellows::synchronizer sync(bellows::identity<>(), bellows::identity<>(),
+                                                                     critical_policy(bellows::regime::critical));
+                                          std::vector<std::vector<float>> g;
+                                          for (const auto& [name, shp] : comm.rank() == 2 ? v.odd : usual) {
+                                            sync.add_layer(name, shp);
+                                            g.emplace_back(shp.size(), 1.0f);
+                                          }
+                                          std::vector<std::span<float>> views(g.begin(), g.end());
+                                          try {
+                                            (void)sync.step(views, comm);
+                                          } catch (const bellows::error& e) {
+                                            if (std::string(e.what()).find("different layers") != std::string::npos)
+                                              ++raised;
+                                            throw;
+                                          }
+                                        }),
+                    bellows::error);
     CHECK(raised == static_cast<int>(w));
   }
 }
@@ -526,7 +532,8 @@ TEST_CASE("synchronizer: a save killed half-way (a real child process, SIGKILL) 
   sync.save(file);
   const auto saved = sync.checkpoint();
   one_step(1);
-  for (const auto stage : {bellows::detail::atomic_write_stage::half_written, bellows::detail::atomic_write_stage::flushed}) {
+  for (const auto stage :
+       {bellows::detail::atomic_write_stage::half_written, bellows::detail::atomic_write_stage::flushed}) {
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {

@@ -103,8 +103,7 @@ struct sequence {
   std::string files;
 };
 
-sequence write_sequence(const scratch& s, const bellows::shape& shape, std::size_t count,
-                        std::uint64_t seed) {
+sequence write_sequence(const scratch& s, const bellows::shape& shape, std::size_t count, std::uint64_t seed) {
   sequence q;
   for (std::size_t f = 0; f < count; ++f) {
     q.grads.push_back(bellows::testing::normal_floats(shape.size(), seed + f));
@@ -125,8 +124,8 @@ struct direct_result {
 };
 
 template <class Make>
-direct_result direct(const std::vector<std::vector<float>>& grads, const bellows::shape& shape,
-                     std::size_t workers, std::size_t steps, Make make) {
+direct_result direct(const std::vector<std::vector<float>>& grads, const bellows::shape& shape, std::size_t workers,
+                     std::size_t steps, Make make) {
   direct_result res;
   bellows::cpu::executor exec(1);
   bellows::collectives::local_group group(workers);
@@ -160,14 +159,12 @@ void check_against(const json& m, const direct_result& d, std::size_t elements) 
   CHECK(m["compression_ratio"].get<double>() == doctest::Approx(4.0 * static_cast<double>(elements) / bytes));
   const auto per_step = m["rel_error_per_step"].get<std::vector<double>>();
   REQUIRE(per_step.size() == d.rel_error.size());
-  for (std::size_t t = 0; t < per_step.size(); ++t)
-    CHECK(per_step[t] == doctest::Approx(d.rel_error[t]).epsilon(1e-9));
+  for (std::size_t t = 0; t < per_step.size(); ++t) CHECK(per_step[t] == doctest::Approx(d.rel_error[t]).epsilon(1e-9));
 }
 
 /// check_against for compressor C built from parameters p, as the tool builds it from its options.
 template <class C>
-void check_method(const json& m, const sequence& q, const bellows::shape& shape, std::size_t workers,
-                  std::size_t steps,
+void check_method(const json& m, const sequence& q, const bellows::shape& shape, std::size_t workers, std::size_t steps,
                   const std::remove_cvref_t<decltype(std::declval<const C&>().params())>& p) {
   check_against(m, direct(q.grads, shape, workers, steps, [&](bellows::cpu::executor& e) { return C(p, e); }),
                 shape.size());
@@ -220,8 +217,7 @@ TEST_CASE("cli: usage errors and bad method configurations exit 2 with the messa
       {g + "--method powersgd --rank two", "--method powersgd: Could not convert: --rank = two"},
       {g + "--ratio 0.1 --method powersgd", "--ratio"},
       {g + "--method topk --ratio 0", "--method topk: topk: layer 'g': ratio must be in (0, 1], got 0"},
-      {g + "--method randk --ratio 1.5",
-       "--method randk: randk: layer 'g': ratio must be in (0, 1], got 1.5"},
+      {g + "--method randk --ratio 1.5", "--method randk: randk: layer 'g': ratio must be in (0, 1], got 1.5"},
       {g + "--method randk --unbiased --error-feedback residual", "unbiased scaling needs feedback none"},
   };
   for (const auto& [args, phrase] : cases) {
@@ -238,15 +234,13 @@ TEST_CASE("cli: usage errors and bad method configurations exit 2 with the messa
 TEST_CASE("cli: malformed and unusable input files exit 3 with a message naming the file and the problem") {
   scratch s;
   const std::string dict_end = "'fortran_order': False, 'shape': (2, 3), }";
-  write_bytes(s / "magic.npy", {std::byte{'P'}, std::byte{'K'}, std::byte{3}, std::byte{4}, std::byte{0},
-                                std::byte{0}, std::byte{0}, std::byte{0}, std::byte{0}, std::byte{0}});
-  write_bytes(s / "fortran.npy",
-              npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24));
+  write_bytes(s / "magic.npy", {std::byte{'P'}, std::byte{'K'}, std::byte{3}, std::byte{4}, std::byte{0}, std::byte{0},
+                                std::byte{0}, std::byte{0}, std::byte{0}, std::byte{0}});
+  write_bytes(s / "fortran.npy", npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24));
   write_bytes(s / "dtype.npy", npy_with_header("{'descr': '<f8', " + dict_end, 48));
   write_bytes(s / "truncated.npy", npy_with_header("{'descr': '<f4', " + dict_end, 23));
-  write_bytes(
-      s / "overflow.npy",
-      npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967297), }", 24));
+  write_bytes(s / "overflow.npy",
+              npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967297), }", 24));
   std::vector<float> with_nan = bellows::testing::normal_floats(6, 2);
   with_nan[4] = std::nanf("");
   npy::write(s / "nan.npy", bellows::shape{2, 3}, with_nan);
@@ -276,8 +270,7 @@ TEST_CASE("cli: malformed and unusable input files exit 3 with a message naming 
 TEST_CASE("cli: --json parses and holds every field of the table, the input and the configuration") {
   scratch s;
   npy::write(s / "g.npy", bellows::shape{8, 6}, bellows::testing::normal_floats(48, 5));
-  const json doc =
-      bench_json(s, "'" + (s / "g.npy") + "' --method identity --steps 3 --workers 2 --repeats 2");
+  const json doc = bench_json(s, "'" + (s / "g.npy") + "' --method identity --steps 3 --workers 2 --repeats 2");
   CHECK(doc["tool"] == "bellows-bench");
   CHECK(doc["input"]["shape"] == json::array({8, 6}));
   CHECK(doc["input"]["elements"] == 48);
@@ -293,10 +286,9 @@ TEST_CASE("cli: --json parses and holds every field of the table, the input and 
   CHECK(c["seed"] == 0);
   REQUIRE(doc["methods"].size() == 1);
   const json& m = doc["methods"][0];
-  for (const char* key :
-       {"name", "params", "bytes_sent", "compression_ratio", "values_sent", "kept", "rel_error", "cosine",
-        "cumulative_rel_error", "seconds_per_call", "floor_seconds", "x_floor", "timed_calls",
-        "non_finite_steps", "rel_error_per_step", "cosine_per_step"}) {
+  for (const char* key : {"name", "params", "bytes_sent", "compression_ratio", "values_sent", "kept", "rel_error",
+                          "cosine", "cumulative_rel_error", "seconds_per_call", "floor_seconds", "x_floor",
+                          "timed_calls", "non_finite_steps", "rel_error_per_step", "cosine_per_step"}) {
     CAPTURE(key);
     CHECK(m.contains(key));
   }
@@ -318,8 +310,8 @@ TEST_CASE("cli: the table names the input and each method, and the figures' mean
   REQUIRE(header != std::string::npos);
   std::istringstream words(o.out.substr(header + 1, o.out.find('\n', header + 1) - header - 1));
   const std::vector<std::string> columns{std::istream_iterator<std::string>(words), {}};
-  CHECK(columns == std::vector<std::string>{"method", "parameters", "bytes/step", "ratio", "rel", "err",
-                                            "cosine", "ms/call", "floor", "ms", "x_floor"});
+  CHECK(columns == std::vector<std::string>{"method", "parameters", "bytes/step", "ratio", "rel", "err", "cosine",
+                                            "ms/call", "floor", "ms", "x_floor"});
   CHECK(o.out.find("\nidentity  -") != std::string::npos);
   CHECK(o.out.find("cum err") == std::string::npos);  // one step: nothing accumulates
   CHECK(o.err.empty());                               // no progress bar when stderr is a file
@@ -331,8 +323,8 @@ TEST_CASE("cli: identity round trip against the library, W = 1 and 3, several fi
   const sequence q = write_sequence(s, shape, 2, 20);
   for (const std::size_t w : {1u, 3u}) {
     CAPTURE(w);
-    const json m = bench_json(s, q.files + "--method identity --steps 3 --workers " + std::to_string(w) +
-                                     " --out '" + (s / "out.npy") + "'")["methods"][0];
+    const json m = bench_json(s, q.files + "--method identity --steps 3 --workers " + std::to_string(w) + " --out '" +
+                                     (s / "out.npy") + "'")["methods"][0];
     const direct_result d =
         direct(q.grads, shape, w, 3, [](bellows::cpu::executor& e) { return bellows::identity<>(e); });
     check_against(m, d, shape.size());
@@ -347,20 +339,17 @@ TEST_CASE("cli: float16 input is measured on its exact float32 values") {
   scratch s;
   // float16 patterns: 1.0, -2.0, 0.5, the smallest subnormal, 65504, and 1 + 2^-10.
   const std::uint16_t halves[] = {0x3C00, 0xC000, 0x3800, 0x0001, 0x7BFF, 0x3C01};
-  std::vector<std::byte> file =
-      npy_with_header("{'descr': '<f2', 'fortran_order': False, 'shape': (3, 2), }", 12);
+  std::vector<std::byte> file = npy_with_header("{'descr': '<f2', 'fortran_order': False, 'shape': (3, 2), }", 12);
   std::memcpy(file.data() + file.size() - 12, halves, 12);
   write_bytes(s / "h.npy", file);
   const json doc = bench_json(s, "'" + (s / "h.npy") + "' --method identity --out '" + (s / "o.npy") + "'");
   CHECK(doc["input"]["gradients"][0]["dtype"] == "float16");
-  CHECK(npy::read(s / "o.npy").values ==
-        std::vector<float>{1.0f, -2.0f, 0.5f, 0x1p-24f, 65504.0f, 1.0f + 0x1p-10f});
+  CHECK(npy::read(s / "o.npy").values == std::vector<float>{1.0f, -2.0f, 0.5f, 0x1p-24f, 65504.0f, 1.0f + 0x1p-10f});
 }
 
 TEST_CASE("cli: --out with several methods writes one file per method; synthetic input is seeded") {
   scratch s;
-  const std::string common =
-      "--synthetic lognormal --shape 5x7 --repeats 1 --method identity --method identity";
+  const std::string common = "--synthetic lognormal --shape 5x7 --repeats 1 --method identity --method identity";
   REQUIRE(bench(s, common + " --seed 9 --out '" + (s / "a.npy") + "'").code == 0);
   REQUIRE(bench(s, common + " --seed 9 --out '" + (s / "b.npy") + "'").code == 0);
   REQUIRE(bench(s, common + " --seed 10 --out '" + (s / "c.npy") + "'").code == 0);
@@ -376,9 +365,8 @@ TEST_CASE("cli: powersgd round trip against the library, with and without error 
   const sequence q = write_sequence(s, shape, 2, 30);
   for (const std::size_t w : {1u, 2u}) {
     CAPTURE(w);
-    const json doc =
-        bench_json(s, q.files + "--steps 3 --seed 5 --workers " + std::to_string(w) +
-                          " --method powersgd --rank 2 --method powersgd --rank 3 --error-feedback none");
+    const json doc = bench_json(s, q.files + "--steps 3 --seed 5 --workers " + std::to_string(w) +
+                                       " --method powersgd --rank 2 --method powersgd --rank 3 --error-feedback none");
     const json& with = doc["methods"][0];
     const json& without = doc["methods"][1];
     CHECK(with["params"] == json{{"rank", 2}, {"error_feedback", "residual"}});
@@ -396,8 +384,7 @@ TEST_CASE("cli: powersgd leaves a small matrix uncompressed, and says so") {
   const outcome table = bench(s, "'" + (s / "g.npy") + "' --repeats 1 --method powersgd --rank 2");
   REQUIRE(table.code == 0);
   CHECK(table.out.find("note: powersgd leaves a tensor of this shape uncompressed") != std::string::npos);
-  const json m =
-      bench_json(s, "'" + (s / "g.npy") + "' --repeats 1 --method powersgd --rank 2")["methods"][0];
+  const json m = bench_json(s, "'" + (s / "g.npy") + "' --repeats 1 --method powersgd --rank 2")["methods"][0];
   CHECK(m["compressed"] == false);
   CHECK(m["rel_error"] == 0.0);
 }
@@ -408,10 +395,9 @@ TEST_CASE("cli: qsgd round trip against the library, W = 1 and 3, with the globa
   const sequence q = write_sequence(s, shape, 1, 40);
   for (const std::size_t w : {1u, 3u}) {
     CAPTURE(w);
-    const json doc =
-        bench_json(s, q.files + "--steps 2 --error-feedback residual --workers " + std::to_string(w) +
-                          " --method qsgd --bits 4 --bucket 64 --method qsgd --bits 2"
-                          " --bucket 50 --norm max-abs --error-feedback none");
+    const json doc = bench_json(s, q.files + "--steps 2 --error-feedback residual --workers " + std::to_string(w) +
+                                       " --method qsgd --bits 4 --bucket 64 --method qsgd --bits 2"
+                                       " --bucket 50 --norm max-abs --error-feedback none");
     CHECK(doc["methods"][0]["params"] ==
           json{{"bits", 4}, {"bucket", 64}, {"norm", "l2"}, {"error_feedback", "residual"}});
     check_method<bellows::qsgd<>>(doc["methods"][0], q, shape, w, 2,
@@ -427,13 +413,11 @@ TEST_CASE("cli: topk round trip against the library: exact and approximate, with
   const sequence q = write_sequence(s, shape, 3, 50);
   for (const std::size_t w : {1u, 3u}) {
     CAPTURE(w);
-    const json doc =
-        bench_json(s, q.files + "--seed 3 --workers " + std::to_string(w) +
-                          " --method topk --ratio 0.05 --method topk --ratio 0.02 --error-feedback none"
-                          " --method topk --ratio 0.05 --approximate");
+    const json doc = bench_json(s, q.files + "--seed 3 --workers " + std::to_string(w) +
+                                       " --method topk --ratio 0.05 --method topk --ratio 0.02 --error-feedback none"
+                                       " --method topk --ratio 0.05 --approximate");
     CHECK(doc["config"]["steps"] == 3);
-    CHECK(doc["methods"][0]["params"] ==
-          json{{"ratio", 0.05}, {"mode", "exact"}, {"error_feedback", "residual"}});
+    CHECK(doc["methods"][0]["params"] == json{{"ratio", 0.05}, {"mode", "exact"}, {"error_feedback", "residual"}});
     CHECK(doc["methods"][0]["kept"] == 50.0);
     check_method<bellows::topk<>>(doc["methods"][0], q, shape, w, 3, {.ratio = 0.05, .seed = 3});
     check_method<bellows::topk<>>(doc["methods"][1], q, shape, w, 3,
@@ -457,8 +441,7 @@ TEST_CASE("cli: randk round trip against the library: shared, per-rank, unbiased
     check_method<bellows::randk<>>(doc["methods"][0], q, shape, w, 2, {.ratio = 0.1, .seed = 8});
     check_method<bellows::randk<>>(doc["methods"][1], q, shape, w, 2,
                                    {.ratio = 0.1, .mode = bellows::randk_mode::per_rank, .seed = 8});
-    check_method<bellows::randk<>>(
-        doc["methods"][2], q, shape, w, 2,
-        {.ratio = 0.1, .unbiased = true, .feedback = bellows::feedback::none, .seed = 8});
+    check_method<bellows::randk<>>(doc["methods"][2], q, shape, w, 2,
+                                   {.ratio = 0.1, .unbiased = true, .feedback = bellows::feedback::none, .seed = 8});
   }
 }

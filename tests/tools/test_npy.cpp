@@ -107,8 +107,8 @@ TEST_CASE("npy: no file of the corpus (fuzzer finds included) raises anything bu
 }
 
 TEST_CASE("npy: a missing file and a directory are refused by name") {
-  CHECK_THROWS_WITH_AS((void)npy::read(corpus / "no_such.npy"),
-                       doctest::Contains("no_such.npy: no such file"), npy::format_error);
+  CHECK_THROWS_WITH_AS((void)npy::read(corpus / "no_such.npy"), doctest::Contains("no_such.npy: no such file"),
+                       npy::format_error);
   CHECK_THROWS_WITH_AS((void)npy::read(corpus), doctest::Contains("not a regular file"), npy::format_error);
 }
 

@@ -16,19 +16,17 @@ TEST_CASE("parse_shape: AxBxC... of positive integers") {
   CHECK(tool::parse_shape("4096x4096") == bellows::shape{4096, 4096});
   CHECK(tool::parse_shape("7") == bellows::shape{7});
   CHECK(tool::parse_shape("2x3x4x5") == bellows::shape{2, 3, 4, 5});
-  for (const char* bad : {"", "x", "4096x", "x4", "0x5", "4a", "-3", "4,4", "1x1x1x1x1x1x1x1x1",
-                          "99999999999999999999", "4294967296x4294967296"}) {
+  for (const char* bad : {"", "x", "4096x", "x4", "0x5", "4a", "-3", "4,4", "1x1x1x1x1x1x1x1x1", "99999999999999999999",
+                          "4294967296x4294967296"}) {
     CAPTURE(bad);
     const std::string named = std::string("--shape '") + bad + "'";
-    CHECK_THROWS_WITH_AS((void)tool::parse_shape(bad), doctest::Contains(named.c_str()),
-                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS((void)tool::parse_shape(bad), doctest::Contains(named.c_str()), std::invalid_argument);
   }
 }
 
 TEST_CASE("synthetic_gradient: a function of (distribution, seed, index) alone") {
   bellows::cpu::executor one(1), two(2);
-  for (const auto d :
-       {tool::distribution::normal, tool::distribution::laplace, tool::distribution::lognormal}) {
+  for (const auto d : {tool::distribution::normal, tool::distribution::laplace, tool::distribution::lognormal}) {
     CAPTURE(tool::to_string(d));
     const std::size_t n = 3 * bellows::cpu::elementwise_chunk + 5;
     const auto a = tool::synthetic_gradient(d, n, 42, one);

@@ -38,15 +38,13 @@ struct gradient_set {
   void add(std::string source, std::string dtype, const bellows::shape& shp, std::vector<float> values,
            cpu::executor& exec) {
     if (!gradients.empty() && !(shp == shape))
-      throw input_error(bellows::detail::concat(source, ": shape ", shp.to_string(), " differs from ",
-                                                sources.front(), "'s ", shape.to_string(),
-                                                "; every step of a run has the same shape"));
+      throw input_error(bellows::detail::concat(source, ": shape ", shp.to_string(), " differs from ", sources.front(),
+                                                "'s ", shape.to_string(), "; every step of a run has the same shape"));
     if (!cpu::all_finite(exec, values)) {
       std::size_t i = 0;
       while (std::isfinite(values[i])) ++i;
-      throw input_error(
-          bellows::detail::concat(source, ": element ", i, " is ", values[i],
-                                  "; a trainer skips such a step, so there is nothing to measure"));
+      throw input_error(bellows::detail::concat(source, ": element ", i, " is ", values[i],
+                                                "; a trainer skips such a step, so there is nothing to measure"));
     }
     shape = shp;
     gradients.push_back(std::move(values));

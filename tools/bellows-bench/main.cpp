@@ -79,9 +79,7 @@ std::string method_names() {
 /// CLI11's help with our usage line (its own cannot show the --method groups).
 class help_formatter : public CLI::Formatter {
 public:
-  std::string make_usage(const CLI::App*, std::string) const override {
-    return std::string(usage_line) + "\n";
-  }
+  std::string make_usage(const CLI::App*, std::string) const override { return std::string(usage_line) + "\n"; }
 };
 
 /// The methods and their options, for the end of --help.
@@ -103,9 +101,8 @@ std::string methods_help() {
       s += line + "\n";
     }
   }
-  return s +
-         "\nEvery rank holds the same gradient, so the exact average is the input itself and all the error\n"
-         "is the compressor's. Exit codes: 0 done, 1 other failure, 2 usage error, 3 unusable input file.\n";
+  return s + "\nEvery rank holds the same gradient, so the exact average is the input itself and all the error\n"
+             "is the compressor's. Exit codes: 0 done, 1 other failure, 2 usage error, 3 unusable input file.\n";
 }
 
 void add_global_options(CLI::App& app, options& o) {
@@ -192,8 +189,7 @@ std::optional<options> parse(int argc, char** argv) {
     }
     for (const std::string& extra : sub.remaining()) global.push_back(extra);
   }
-  CLI::App app{"Measures gradient compressors on your own gradients: bytes sent, error, time.",
-               "bellows-bench"};
+  CLI::App app{"Measures gradient compressors on your own gradients: bytes sent, error, time.", "bellows-bench"};
   configure(app, o);
   std::vector<std::string> reversed(global.rbegin(), global.rend());
   try {
@@ -210,8 +206,7 @@ std::optional<options> parse(int argc, char** argv) {
 void check_combinations(const options& o) {
   if (o.backend == "cuda")
     throw usage_error("--backend cuda: not built with CUDA; this bellows-bench has the cpu backend only");
-  if (o.groups.empty())
-    throw usage_error("no method: give at least one --method NAME (" + method_names() + ")");
+  if (o.groups.empty()) throw usage_error("no method: give at least one --method NAME (" + method_names() + ")");
   if (o.files.empty() == o.synthetic.empty())
     throw usage_error(o.files.empty() ? "no input: give .npy files or --synthetic DIST --shape AxB"
                                       : "give either .npy files or --synthetic, not both");
@@ -258,8 +253,7 @@ int run(int argc, char** argv) {
   bellows::cpu::executor exec(o.threads);
   const gradient_set input = load_input(o, exec);
 
-  const std::string layer_name =
-      o.files.empty() ? "synthetic" : std::filesystem::path(o.files.front()).stem().string();
+  const std::string layer_name = o.files.empty() ? "synthetic" : std::filesystem::path(o.files.front()).stem().string();
   const bellows::layer_info layer{0, layer_name, input.shape};
   for (method_group& g : o.groups) {
     g.args.seed = o.seed;

@@ -59,9 +59,7 @@ namespace detail {
 inline bellows::identity<> make(const identity_params&, cpu::executor& e) { return bellows::identity<>(e); }
 inline bellows::topk<> make(const topk_params& p, cpu::executor& e) { return bellows::topk<>(p, e); }
 inline bellows::randk<> make(const randk_params& p, cpu::executor& e) { return bellows::randk<>(p, e); }
-inline bellows::powersgd<> make(const powersgd_params& p, cpu::executor& e) {
-  return bellows::powersgd<>(p, e);
-}
+inline bellows::powersgd<> make(const powersgd_params& p, cpu::executor& e) { return bellows::powersgd<>(p, e); }
 inline bellows::qsgd<> make(const qsgd_params& p, cpu::executor& e) { return bellows::qsgd<>(p, e); }
 
 /// The parameters a user chose or may want to know, as reported.
@@ -106,9 +104,7 @@ constexpr method entry(std::string_view name, std::string_view summary, Options,
 
 /// The memory a method runs with: --error-feedback if given, else the method's default.
 [[nodiscard]] inline bellows::feedback feedback_or(const method_args& a, bellows::feedback fallback) {
-  return a.feedback.empty()     ? fallback
-         : a.feedback == "none" ? bellows::feedback::none
-                                : bellows::feedback::residual;
+  return a.feedback.empty() ? fallback : a.feedback == "none" ? bellows::feedback::none : bellows::feedback::residual;
 }
 
 /// The --error-feedback option of a method whose default memory is `fallback`.
@@ -128,14 +124,13 @@ inline void add_ratio(CLI::App& app, method_args& a) {
 [[nodiscard]] inline std::span<const method> methods() {
   static const method all[] = {
       detail::entry(
-          "identity", "plain averaging by allreduce: the uncompressed baseline",
-          [](CLI::App&, method_args&) {}, [](const method_args&) { return identity_params{}; }),
+          "identity", "plain averaging by allreduce: the uncompressed baseline", [](CLI::App&, method_args&) {},
+          [](const method_args&) { return identity_params{}; }),
       detail::entry(
           "topk", "the ceil(ratio n) largest |x|, as indices and values; allgather",
           [](CLI::App& app, method_args& a) {
             detail::add_ratio(app, a);
-            app.add_flag("--approximate", a.approximate,
-                         "keep between k and 1.25 k of the largest, when cheaper");
+            app.add_flag("--approximate", a.approximate, "keep between k and 1.25 k of the largest, when cheaper");
             detail::add_feedback(app, a, topk_params{}.feedback);
           },
           [](const method_args& a) {
@@ -154,12 +149,12 @@ inline void add_ratio(CLI::App& app, method_args& a) {
             detail::add_feedback(app, a, randk_params{}.feedback);
           },
           [](const method_args& a) {
-            return randk_params{
-                .ratio = a.ratio,
-                .mode = a.per_rank ? randk_mode::per_rank : randk_mode::shared,
-                .unbiased = a.unbiased,
-                .feedback = detail::feedback_or(a, a.unbiased ? feedback::none : randk_params{}.feedback),
-                .seed = a.seed};
+            return randk_params{.ratio = a.ratio,
+                                .mode = a.per_rank ? randk_mode::per_rank : randk_mode::shared,
+                                .unbiased = a.unbiased,
+                                .feedback =
+                                    detail::feedback_or(a, a.unbiased ? feedback::none : randk_params{}.feedback),
+                                .seed = a.seed};
           }),
       detail::entry(
           "powersgd", "rank-r factors P, Q of the n x m matrix (n = first axis); two allreduces",
@@ -176,8 +171,7 @@ inline void add_ratio(CLI::App& app, method_args& a) {
           "qsgd", "stochastic rounding to 2^(bits-1) - 1 levels per bucket scale; allgather",
           [](CLI::App& app, method_args& a) {
             app.add_option("--bits", a.bits, "bits per element: 2, 4 or 8")->capture_default_str();
-            app.add_option("--bucket", a.bucket, "elements per bucket (one float scale each)")
-                ->capture_default_str();
+            app.add_option("--bucket", a.bucket, "elements per bucket (one float scale each)")->capture_default_str();
             app.add_option("--norm", a.norm, "bucket scale: l2 or max-abs")
                 ->check(CLI::IsMember({"l2", "max-abs"}))
                 ->capture_default_str();

@@ -38,9 +38,7 @@ public:
 
 enum class dtype : unsigned char { float16, float32 };
 
-[[nodiscard]] constexpr const char* to_string(dtype t) noexcept {
-  return t == dtype::float16 ? "float16" : "float32";
-}
+[[nodiscard]] constexpr const char* to_string(dtype t) noexcept { return t == dtype::float16 ? "float16" : "float32"; }
 [[nodiscard]] constexpr std::size_t item_bytes(dtype t) noexcept { return t == dtype::float16 ? 2 : 4; }
 
 inline constexpr char magic[] = "\x93NUMPY";
@@ -124,9 +122,8 @@ public:
       if (key == "descr") {
         once(seen_descr, key);
         if (!at('\'') && !at('"'))
-          fail(
-              "'descr' is not a string (structured and object dtypes are not supported); "
-              "save a plain float32 or float16 array");
+          fail("'descr' is not a string (structured and object dtypes are not supported); "
+               "save a plain float32 or float16 array");
         h.type = parse_descr(quoted("the dtype string"));
       } else if (key == "fortran_order") {
         once(seen_order, key);
@@ -150,13 +147,12 @@ public:
     ++pos_;
     skip_space();
     if (pos_ != text_.size()) fail("unexpected text after the header dict");
-    for (const auto& [seen, name] : {std::pair{seen_descr, "descr"}, std::pair{seen_order, "fortran_order"},
-                                     std::pair{seen_shape, "shape"}})
+    for (const auto& [seen, name] :
+         {std::pair{seen_descr, "descr"}, std::pair{seen_order, "fortran_order"}, std::pair{seen_shape, "shape"}})
       if (!seen) throw format_error(concat(file_, ": header lacks the key '", name, "'"));
     if (fortran)
-      throw format_error(concat(file_,
-                                ": array is in Fortran order (fortran_order: True); save a "
-                                "C-ordered copy, e.g. numpy.save(path, numpy.ascontiguousarray(a))"));
+      throw format_error(concat(file_, ": array is in Fortran order (fortran_order: True); save a "
+                                       "C-ordered copy, e.g. numpy.save(path, numpy.ascontiguousarray(a))"));
   }
 
 private:
@@ -246,8 +242,7 @@ private:
       }
     }
     ++pos_;
-    if (dims.size() == 1 && !trailing_comma)
-      fail("the shape (n) is not a tuple; a 1-D shape is written (n,)");
+    if (dims.size() == 1 && !trailing_comma) fail("the shape (n) is not a tuple; a 1-D shape is written (n,)");
     if (dims.size() > bellows::shape::max_dims)
       throw format_error(concat(file_, ": shape has ", dims.size(), " dimensions; bellows handles at most ",
                                 bellows::shape::max_dims));
@@ -256,8 +251,7 @@ private:
     for (const std::uint64_t d : dims) {
       if (d == 0) throw format_error(concat(file_, ": shape ", tuple_text(dims), " has no elements"));
       if (n > std::numeric_limits<std::size_t>::max() / d)
-        throw format_error(
-            concat(file_, ": shape ", tuple_text(dims), " has more elements than a size_t can count"));
+        throw format_error(concat(file_, ": shape ", tuple_text(dims), " has more elements than a size_t can count"));
       n *= d;
       s.push_back(static_cast<std::size_t>(d));
     }
@@ -266,8 +260,7 @@ private:
 
   std::uint64_t dimension() {
     if (at('-')) fail("negative dimension in the shape");
-    if (pos_ >= text_.size() || text_[pos_] < '0' || text_[pos_] > '9')
-      fail("expected a dimension (an integer)");
+    if (pos_ >= text_.size() || text_[pos_] < '0' || text_[pos_] > '9') fail("expected a dimension (an integer)");
     std::uint64_t v = 0;
     while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
       const auto digit = static_cast<std::uint64_t>(text_[pos_] - '0');
@@ -334,8 +327,8 @@ private:
   const std::size_t need = n * item;
   const std::size_t have = bytes.size() - h.data_offset;
   if (have < need)
-    throw format_error(concat(file, ": truncated: shape ", detail::tuple_text(h.shape), " of ",
-                              to_string(h.type), " needs ", need, " data bytes, the file has ", have));
+    throw format_error(concat(file, ": truncated: shape ", detail::tuple_text(h.shape), " of ", to_string(h.type),
+                              " needs ", need, " data bytes, the file has ", have));
   if (have > need)
     throw format_error(concat(file, ": ", have - need, " bytes follow the ", need, " data bytes of shape ",
                               detail::tuple_text(h.shape), " of ", to_string(h.type)));
@@ -365,8 +358,7 @@ private:
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   if (!std::filesystem::exists(status)) throw format_error(concat(path.string(), ": no such file"));
-  if (!std::filesystem::is_regular_file(status))
-    throw format_error(concat(path.string(), ": not a regular file"));
+  if (!std::filesystem::is_regular_file(status)) throw format_error(concat(path.string(), ": not a regular file"));
   std::vector<std::byte> bytes;
   try {
     bytes = bellows::read_file(path);
@@ -378,8 +370,7 @@ private:
 
 /// The bytes of a version 1.0 .npy file of float32 values in C order: NumPy reads it back with
 /// numpy.load. The header is padded so that the data starts at a multiple of 64 bytes.
-[[nodiscard]] inline std::vector<std::byte> encode(const bellows::shape& shape,
-                                                   std::span<const float> values) {
+[[nodiscard]] inline std::vector<std::byte> encode(const bellows::shape& shape, std::span<const float> values) {
   BELLOWS_EXPECTS(values.size() == shape.size(), "npy::encode: ", values.size(), " values for shape ",
                   shape.to_string());
   std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + detail::tuple_text(shape) + ", }";
@@ -399,8 +390,7 @@ private:
 }
 
 /// Writes `values` of `shape` as a float32 .npy file; a crash leaves the old file or the new one.
-inline void write(const std::filesystem::path& path, const bellows::shape& shape,
-                  std::span<const float> values) {
+inline void write(const std::filesystem::path& path, const bellows::shape& shape, std::span<const float> values) {
   bellows::write_file_atomically(path, encode(shape, values));
 }
 

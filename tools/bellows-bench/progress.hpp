@@ -17,8 +17,7 @@ public:
   using clock = std::chrono::steady_clock;
 
   /// `total` calls in all; nothing is drawn unless `terminal`, nor before `delay` has passed.
-  progress(std::ostream& out, bool terminal, std::size_t total,
-           clock::duration delay = std::chrono::seconds(1))
+  progress(std::ostream& out, bool terminal, std::size_t total, clock::duration delay = std::chrono::seconds(1))
       : out_(&out), terminal_(terminal), total_(std::max<std::size_t>(total, 1)), delay_(delay) {}
 
   /// What is running now (the method), shown beside the bar.
@@ -29,8 +28,7 @@ public:
     ++done_;
     if (!terminal_) return;
     const clock::time_point now = clock::now();
-    if (now - start_ < delay_ || (drawn_ && now - last_ < std::chrono::milliseconds(100) && done_ < total_))
-      return;
+    if (now - start_ < delay_ || (drawn_ && now - last_ < std::chrono::milliseconds(100) && done_ < total_)) return;
     last_ = now;
     drawn_ = true;
     constexpr std::size_t width = 30;

@@ -68,8 +68,7 @@ struct figures {
   json shape = json::array();
   for (std::size_t i = 0; i < in.shape.rank(); ++i) shape.push_back(in.shape[i]);
   json sources = json::array();
-  for (std::size_t i = 0; i < in.size(); ++i)
-    sources.push_back({{"source", in.sources[i]}, {"dtype", in.dtypes[i]}});
+  for (std::size_t i = 0; i < in.size(); ++i) sources.push_back({{"source", in.sources[i]}, {"dtype", in.dtypes[i]}});
   json doc = {
       {"tool", "bellows-bench"},
       {"input",
@@ -154,16 +153,13 @@ inline void print_table(std::ostream& out, const run_report& run) {
   out << "input: ";
   if (in.size() > 2 &&
       std::all_of(in.dtypes.begin(), in.dtypes.end(), [&](const auto& d) { return d == in.dtypes[0]; }))
-    out << in.sources.front() << " ... " << in.sources.back() << " (" << in.size() << " files, "
-        << in.dtypes[0] << ")";
+    out << in.sources.front() << " ... " << in.sources.back() << " (" << in.size() << " files, " << in.dtypes[0] << ")";
   else
-    for (std::size_t i = 0; i < in.size(); ++i)
-      out << (i ? ", " : "") << in.sources[i] << " (" << in.dtypes[i] << ")";
-  out << "; shape " << in.shape.to_string() << ", "
-      << detail::bytes_text(static_cast<double>(in.shape.size()) * 4) << " as float32\nrun:   " << s.steps
-      << (s.steps == 1 ? " step, " : " steps, ") << s.workers << (s.workers == 1 ? " worker, " : " workers, ")
-      << run.threads << (run.threads == 1 ? " thread, " : " threads, ") << run.backend << "; time: median of "
-      << calls_per_method(s) - 1 << " calls after a warm-up\n\n";
+    for (std::size_t i = 0; i < in.size(); ++i) out << (i ? ", " : "") << in.sources[i] << " (" << in.dtypes[i] << ")";
+  out << "; shape " << in.shape.to_string() << ", " << detail::bytes_text(static_cast<double>(in.shape.size()) * 4)
+      << " as float32\nrun:   " << s.steps << (s.steps == 1 ? " step, " : " steps, ") << s.workers
+      << (s.workers == 1 ? " worker, " : " workers, ") << run.threads << (run.threads == 1 ? " thread, " : " threads, ")
+      << run.backend << "; time: median of " << calls_per_method(s) - 1 << " calls after a warm-up\n\n";
 
   const bool cumulative = s.steps > 1;
   std::vector<std::vector<std::string>> rows;

@@ -31,12 +31,9 @@ enum class distribution : unsigned char {
 
 [[nodiscard]] constexpr const char* to_string(distribution d) noexcept {
   switch (d) {
-    case distribution::normal:
-      return "normal";
-    case distribution::laplace:
-      return "laplace";
-    case distribution::lognormal:
-      return "lognormal";
+    case distribution::normal: return "normal";
+    case distribution::laplace: return "laplace";
+    case distribution::lognormal: return "lognormal";
   }
   return "unknown";
 }
@@ -45,8 +42,7 @@ enum class distribution : unsigned char {
 /// 1 to shape::max_dims positive integers joined by 'x' whose product fits a size_t.
 [[nodiscard]] inline bellows::shape parse_shape(std::string_view text) {
   const auto bad = [&](std::string_view why) {
-    return std::invalid_argument(
-        bellows::detail::concat("--shape '", text, "': ", why, " (expected e.g. 4096x4096)"));
+    return std::invalid_argument(bellows::detail::concat("--shape '", text, "': ", why, " (expected e.g. 4096x4096)"));
   };
   bellows::shape s;
   std::size_t n = 1;

@@ -62,15 +62,17 @@ public:
            (w - 1) * link_.latency_s + static_cast<double>(others) / link_.bandwidth_bytes_per_s);
   }
 
+  // (clang-format-14 would join the requires clause to the declaration)
+  // clang-format off
   void broadcast(std::span<std::byte> data, std::size_t root)
     requires requires(Inner& i) { i.broadcast(data, root); }
+  // clang-format on
   {
     inner_->broadcast(data, root);
     const double w = static_cast<double>(size());
     const bool is_root = rank() == root;
     record(broadcast_, is_root ? data.size() : 0, is_root ? 0 : data.size(),
-           w > 1 ? (w - 1) * link_.latency_s + static_cast<double>(data.size()) / link_.bandwidth_bytes_per_s
-                 : 0.0);
+           w > 1 ? (w - 1) * link_.latency_s + static_cast<double>(data.size()) / link_.bandwidth_bytes_per_s : 0.0);
   }
 
   [[nodiscard]] const op_counts& allreduce() const noexcept { return allreduce_; }

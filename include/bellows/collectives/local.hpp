@@ -95,9 +95,8 @@ private:
     for (std::size_t r = 0; r < workers_; ++r) {
       if (posts_[r].kind != kind || (same_bytes && posts_[r].bytes != posts_[0].bytes) ||
           posts_[r].root != posts_[0].root) {
-        const std::string why = detail::concat(
-            name, ": rank ", r, " called a different operation or length (", posts_[r].bytes,
-            " bytes) than rank 0 (", posts_[0].bytes, " bytes)");
+        const std::string why = detail::concat(name, ": rank ", r, " called a different operation or length (",
+                                               posts_[r].bytes, " bytes) than rank 0 (", posts_[0].bytes, " bytes)");
         abort(why);
         fail<collective_error>("local collective: ", why);
       }
@@ -134,8 +133,7 @@ public:
       const auto* x = static_cast<const float*>(g.posts_[r].data);
       for (std::size_t i = lo; i < hi; ++i) acc[i] += x[i];
     }
-    for (std::size_t r = 1; r < w; ++r)
-      std::copy(acc + lo, acc + hi, static_cast<float*>(g.posts_[r].data) + lo);
+    for (std::size_t r = 1; r < w; ++r) std::copy(acc + lo, acc + hi, static_cast<float*>(g.posts_[r].data) + lo);
     g.wait_all();
   }
 

@@ -88,9 +88,8 @@ public:
       receive_displs_[r] = static_cast<int>(r) * mine;
     }
     received_.resize(w * static_cast<std::size_t>(mine));  // grows once, then is reused
-    check(MPI_Alltoallv(v.data(), slice_counts_.data(), slice_displs_.data(), MPI_FLOAT,
-                        received_.data(), receive_counts_.data(), receive_displs_.data(), MPI_FLOAT,
-                        comm_),
+    check(MPI_Alltoallv(v.data(), slice_counts_.data(), slice_displs_.data(), MPI_FLOAT, received_.data(),
+                        receive_counts_.data(), receive_displs_.data(), MPI_FLOAT, comm_),
           "MPI_Alltoallv");
     float* sum = v.data() + slice_displs_[rank_];
     const std::size_t m = static_cast<std::size_t>(mine);
@@ -99,8 +98,8 @@ public:
       const float* x = received_.data() + r * m;
       for (std::size_t i = 0; i < m; ++i) sum[i] += x[i];
     }
-    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, v.data(), slice_counts_.data(),
-                         slice_displs_.data(), MPI_FLOAT, comm_),
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, v.data(), slice_counts_.data(), slice_displs_.data(),
+                         MPI_FLOAT, comm_),
           "MPI_Allgatherv");
   }
 
@@ -113,16 +112,14 @@ public:
     std::byte* base = size_ ? out.block(0).data() : nullptr;
     for (std::size_t r = 0; r < size_; ++r)
       displs_[r] = count_of(static_cast<std::size_t>(out.block(r).data() - base), "allgather offset");
-    check(MPI_Allgatherv(mine.data(), len, MPI_BYTE, base, counts_.data(), displs_.data(), MPI_BYTE,
-                         comm_),
+    check(MPI_Allgatherv(mine.data(), len, MPI_BYTE, base, counts_.data(), displs_.data(), MPI_BYTE, comm_),
           "MPI_Allgatherv");
   }
 
   /// MPI_Bcast of `data` from `root`; every rank passes the same length.
   void broadcast(std::span<std::byte> data, std::size_t root) {
     BELLOWS_EXPECTS(root < size_, "mpi broadcast: root ", root, " of ", size_, " ranks");
-    check(MPI_Bcast(data.data(), count_of(data.size(), "broadcast"), MPI_BYTE, static_cast<int>(root),
-                    comm_),
+    check(MPI_Bcast(data.data(), count_of(data.size(), "broadcast"), MPI_BYTE, static_cast<int>(root), comm_),
           "MPI_Bcast");
   }
 

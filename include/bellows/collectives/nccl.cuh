@@ -110,8 +110,8 @@ public:
     BELLOWS_NCCL_CHECK(ncclAllGather(send, all, slot, ncclUint8, comm_, stream_));
     for (std::size_t r = 0; r < w; ++r)
       if (sizes_[r] != 0)
-        BELLOWS_CUDA_CHECK(cudaMemcpyAsync(out.block(r).data(), all + r * slot, sizes_[r], cudaMemcpyDeviceToHost,
-                                           stream_));
+        BELLOWS_CUDA_CHECK(
+            cudaMemcpyAsync(out.block(r).data(), all + r * slot, sizes_[r], cudaMemcpyDeviceToHost, stream_));
     BELLOWS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 

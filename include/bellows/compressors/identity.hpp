@@ -34,9 +34,7 @@ public:
   explicit identity(Exec& exec = Exec::shared()) : exec_(&exec) {}
 
   [[nodiscard]] state make_state(const layer_info& layer) const { return {layer, 0}; }
-  [[nodiscard]] bellows::aggregation aggregation() const noexcept {
-    return bellows::aggregation::allreduce;
-  }
+  [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allreduce; }
 
   template <Collective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
@@ -56,8 +54,7 @@ public:
     return wire::payload_bytes(wire::array_end<float>(0, st.layer.size()));
   }
 
-  [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in,
-                                            std::span<std::byte> out,
+  [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in, std::span<std::byte> out,
                                             std::size_t /*rank*/ = 0) const {
     check_size(st, in.size());
     wire::header h{};
@@ -89,27 +86,23 @@ public:
 
 private:
   /// Validates a payload completely; its values, unless the sender flagged non-finite input.
-  static std::pair<step_status, std::span<const float>> read(const state& st,
-                                                             std::span<const std::byte> payload) {
+  static std::pair<step_status, std::span<const float>> read(const state& st, std::span<const std::byte> payload) {
     wire::reader r(payload, wire::codec::identity);
     const wire::header& h = r.head();
     if (h.n != st.layer.size() || h.count != h.n || h.param != 0 || (h.flags & wire::flag::index64))
-      fail<wire_error>("identity: payload for ", h.n, " elements (count ", h.count,
-                               ", param ", h.param, ") where layer '", st.layer.name, "' has ",
-                               st.layer.size());
+      fail<wire_error>("identity: payload for ", h.n, " elements (count ", h.count, ", param ", h.param,
+                       ") where layer '", st.layer.name, "' has ", st.layer.size());
     const std::span<const float> values = r.array<float>(h.count);
     r.finish();
     if (h.flags & wire::flag::non_finite) return {step_status::non_finite, {}};
     for (float v : values)
-      if (!std::isfinite(v))
-        fail<wire_error>("identity: payload holds a non-finite value without the non-finite flag");
+      if (!std::isfinite(v)) fail<wire_error>("identity: payload holds a non-finite value without the non-finite flag");
     return {step_status::ok, values};
   }
 
   static void check_size(const state& st, std::size_t n) {
-    BELLOWS_EXPECTS(n == st.layer.size(), "identity: layer '", st.layer.name, "' of shape ",
-                    st.layer.shape.to_string(), " has ", st.layer.size(), " elements, the buffer ",
-                    n);
+    BELLOWS_EXPECTS(n == st.layer.size(), "identity: layer '", st.layer.name, "' of shape ", st.layer.shape.to_string(),
+                    " has ", st.layer.size(), " elements, the buffer ", n);
   }
 
   Exec* exec_;

@@ -150,8 +150,8 @@ private:
     }
     detail::check_powersgd_sizes(st.layer, r);
     // every column of the query may be drawn again (warm start's redraw), so all must be in the stream
-    BELLOWS_EXPECTS(2 * m * r <= philox::stream::max_words, "powersgd: layer '", st.layer.name, "': a query of ",
-                    m * r, " floats overruns the random stream");
+    BELLOWS_EXPECTS(2 * m * r <= philox::stream::max_words, "powersgd: layer '", st.layer.name, "': a query of ", m * r,
+                    " floats overruns the random stream");
     if (st.memory.size() == 0) st.memory = detail::zero_memory(params_.feedback, n * m, *exec_);
     const std::size_t held = st.query.size() / m;
     cuda::device_buffer<float> query;
@@ -159,8 +159,8 @@ private:
       query = cuda::device_buffer<float>(m * r);
       const std::size_t kept = std::min(held, r);
       if (kept != 0)
-        BELLOWS_CUDA_CHECK(cudaMemcpyAsync(query.data(), st.query.data(), kept * m * sizeof(float),
-                                           cudaMemcpyDeviceToDevice, stream));
+        BELLOWS_CUDA_CHECK(
+            cudaMemcpyAsync(query.data(), st.query.data(), kept * m * sizeof(float), cudaMemcpyDeviceToDevice, stream));
       if (r > held) draw_columns(st, query.span().subspan(held * m), held, 0);
     }
     cuda::device_buffer<float> next(m * r), exchange(n * r + 1);
@@ -263,7 +263,6 @@ private:
     ++st.step;
     return {step_status::ok, sent};
   }
-
 };
 
 static_assert(Compressor<powersgd<cuda::executor>, archetypes::device_collective>,

@@ -67,9 +67,8 @@ public:
 
   template <Collective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    BELLOWS_EXPECTS(inout.size() == st.layer.size(), "powersgd: layer '", st.layer.name,
-                    "' of shape ", st.layer.shape.to_string(), " has ", st.layer.size(),
-                    " elements, the buffer ", inout.size());
+    BELLOWS_EXPECTS(inout.size() == st.layer.size(), "powersgd: layer '", st.layer.name, "' of shape ",
+                    st.layer.shape.to_string(), " has ", st.layer.size(), " elements, the buffer ", inout.size());
     this->follow_rank(st);
     return st.compressed() ? reduce_low_rank(st, inout, coll) : reduce_dense(st, inout, coll);
   }
@@ -154,8 +153,7 @@ private:
     vote = all_finite(*this->exec_, std::span<const float>(p)) ? 0.0f : 1.0f;
     coll.allreduce_sum(std::span<float>(st.exchange));
     traffic sent{st.exchange.size() * sizeof(float), st.exchange.size(), (n + m) * r};
-    if (vote != 0.0f || !all_finite(*this->exec_, std::span<const float>(p)))
-      return {step_status::non_finite, sent};
+    if (vote != 0.0f || !all_finite(*this->exec_, std::span<const float>(p))) return {step_status::non_finite, sent};
 
     orthogonalize(*this->exec_, p, n, this->params_.orthogonalization_eps);
     project_cols(*this->exec_, M, p, st.next);
@@ -190,7 +188,6 @@ private:
     ++st.step;
     return {step_status::ok, sent};
   }
-
 };
 
 static_assert(Compressor<powersgd<>, archetypes::collective>, "powersgd must model Compressor");

@@ -67,8 +67,7 @@ __global__ void check_payloads_kernel(const std::byte* slots, std::size_t slot, 
     if (j < want.count) {
       const float s = reinterpret_cast<const float*>(p + wire::header_bytes)[j];
       const bool finite = (__float_as_uint(s) & 0x7FFFFFFFu) < 0x7F800000u;
-      if ((h.flags & wire::flag::non_finite) == 0 && !(s >= 0.0f && finite))
-        bad = cuda::payload_malformed;
+      if ((h.flags & wire::flag::non_finite) == 0 && !(s >= 0.0f && finite)) bad = cuda::payload_malformed;
     } else {
       bool ok = h.magic == want.magic && h.version == want.version && h.codec == want.codec &&
                 (h.flags & ~wire::flag::non_finite) == 0 && h.n == want.n && h.count == want.count &&
@@ -168,16 +167,15 @@ public:
 
     const std::size_t items = ranks * (l.buckets() + 1);
     const unsigned blocks = std::min(cuda::blocks_for(items, 256), 4096u);
-    cuda::detail::launch(&cuda::detail::check_payloads_kernel, blocks, 256u, stream, slots.all().data(),
-                         slots.slot(), ranks, format_.header(n), codes_at, l.code_bytes(),
-                         static_cast<unsigned>(n * l.bits % 8), slots.verdicts());
+    cuda::detail::launch(&cuda::detail::check_payloads_kernel, blocks, 256u, stream, slots.all().data(), slots.slot(),
+                         ranks, format_.header(n), codes_at, l.code_bytes(), static_cast<unsigned>(n * l.bits % 8),
+                         slots.verdicts());
     slots.read_verdicts(*exec_);
 
     const traffic sent = format_.sent(n);
     if ((slots.worst() & cuda::payload_malformed) != 0)
-      slots.report_malformed(*exec_, "qsgd", st.layer, [&](std::span<const std::byte> payload) {
-        (void)format_.check(st.layer, payload);
-      });
+      slots.report_malformed(*exec_, "qsgd", st.layer,
+                             [&](std::span<const std::byte> payload) { (void)format_.check(st.layer, payload); });
     if (slots.worst() != 0) return {step_status::non_finite, sent};
     if (n != 0) {
       const auto run = [&](auto kernel) {

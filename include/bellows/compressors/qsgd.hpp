@@ -46,7 +46,7 @@ public:
     std::vector<std::uint64_t> payload;  ///< 8-byte aligned storage of this rank's payload
     gather_buffer gathered;
     std::vector<code_arrays> parts;  ///< every rank's validated arrays, for the average
-    std::vector<float> compensated;      ///< m = g + e, when there is a memory
+    std::vector<float> compensated;  ///< m = g + e, when there is a memory
   };
 
   explicit qsgd(const qsgd_params& params = {}, Exec& exec = Exec::shared()) : format_(params), exec_(&exec) {}
@@ -97,20 +97,18 @@ public:
     return {step_status::ok, sent};
   }
 
-  [[nodiscard]] std::size_t max_payload_bytes(const state& st) const {
-    return format_.payload_bytes(st.layer.size());
-  }
+  [[nodiscard]] std::size_t max_payload_bytes(const state& st) const { return format_.payload_bytes(st.layer.size()); }
 
-  [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in,
-                                            std::span<std::byte> out, std::size_t rank = 0) const {
+  [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in, std::span<std::byte> out,
+                                            std::size_t rank = 0) const {
     check_size(st, in.size());
     const code_layout l = layout(st);
     wire::header h = format_.header(l.n);
     wire::writer w(out, h);
     const std::span<float> scales = w.array<float>(l.buckets());
     const std::span<std::uint8_t> codes = w.array<std::uint8_t>(l.code_bytes());
-    const bool finite = quantize_pack(*exec_, in, l, params().norm, format_.stream(st.step, st.layer, rank), scales,
-                                      codes);
+    const bool finite =
+        quantize_pack(*exec_, in, l, params().norm, format_.stream(st.step, st.layer, rank), scales, codes);
     const std::span<std::byte> payload = w.finish();
     if (!finite) {  // the writer wrote the header when it finished: set the flag there
       h.flags |= wire::flag::non_finite;

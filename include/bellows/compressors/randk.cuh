@@ -90,11 +90,10 @@ public:
     const std::span<float> values(st.values.data(), k);
 
     cuda::sample_workspace ws(st.plan, exec_->workspace());
-    draw_sample(*exec_, st.plan, {params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id,
-                                  philox::stream::shared}, ws);
-    const float scale = params_.unbiased ? static_cast<float>(static_cast<double>(st.layer.size()) /
-                                                              static_cast<double>(k))
-                                         : 1.0f;
+    draw_sample(*exec_, st.plan,
+                {params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id, philox::stream::shared}, ws);
+    const float scale =
+        params_.unbiased ? static_cast<float>(static_cast<double>(st.layer.size()) / static_cast<double>(k)) : 1.0f;
     gather_sample(*exec_, st.plan, ws, inout, st.memory.span(), st.staged.span(),
                   sparse_arrays<std::uint32_t>{st.index.span(), values}, scale);
     flag_to_float(*exec_, ws.non_finite, st.values.data() + k);

@@ -55,8 +55,7 @@ public:
 
   [[nodiscard]] const randk_params& params() const noexcept { return params_; }
   [[nodiscard]] bellows::aggregation aggregation() const noexcept {
-    return params_.mode == randk_mode::shared ? bellows::aggregation::allreduce
-                                              : bellows::aggregation::allgather;
+    return params_.mode == randk_mode::shared ? bellows::aggregation::allreduce : bellows::aggregation::allgather;
   }
 
   /// One step (a collective call). Shared mode: one allreduce of the k kept values and a
@@ -101,9 +100,8 @@ private:
 
   void fit(state& st) const {
     const std::size_t k = counts(st.layer).first;
-    BELLOWS_EXPECTS(!params_.unbiased || params_.feedback == feedback::none, "randk: layer '",
-                    st.layer.name, "': unbiased scaling needs feedback none, got feedback ",
-                    to_string(params_.feedback));
+    BELLOWS_EXPECTS(!params_.unbiased || params_.feedback == feedback::none, "randk: layer '", st.layer.name,
+                    "': unbiased scaling needs feedback none, got feedback ", to_string(params_.feedback));
     const sample_plan plan = plan_sample(st.layer.size(), k);
     if (!(plan == st.plan_)) {
       st.plan_ = plan;
@@ -123,22 +121,20 @@ private:
   /// `values`, writing the next memory into `staged` when `e` is not empty; false when m holds
   /// NaN or Inf.
   template <class Index>
-  bool draw_and_gather(state& st, std::span<const float> g, std::span<const float> e,
-                       std::span<float> staged, std::span<Index> index, std::span<float> values,
-                       std::size_t rank) const {
+  bool draw_and_gather(state& st, std::span<const float> g, std::span<const float> e, std::span<float> staged,
+                       std::span<Index> index, std::span<float> values, std::size_t rank) const {
     const philox::stream draw{params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id,
                               params_.mode == randk_mode::shared ? philox::stream::shared
                                                                  : static_cast<std::uint32_t>(rank)};
     draw_sample(*this->exec_, st.plan_, draw, st.work_);
-    const float scale = params_.unbiased ? static_cast<float>(static_cast<double>(st.layer.size()) /
-                                                              static_cast<double>(st.plan_.k))
-                                         : 1.0f;
-    return gather_sample(*this->exec_, st.plan_, st.work_, g, e, staged,
-                         sparse_arrays<Index>{index, values}, scale);
+    const float scale = params_.unbiased
+                            ? static_cast<float>(static_cast<double>(st.layer.size()) / static_cast<double>(st.plan_.k))
+                            : 1.0f;
+    return gather_sample(*this->exec_, st.plan_, st.work_, g, e, staged, sparse_arrays<Index>{index, values}, scale);
   }
 
-  std::span<std::byte> write(state& st, std::span<const float> g, std::span<const float> e,
-                             std::span<float> staged, std::span<std::byte> out, std::size_t rank) const {
+  std::span<std::byte> write(state& st, std::span<const float> g, std::span<const float> e, std::span<float> staged,
+                             std::span<std::byte> out, std::size_t rank) const {
     return detail::write_sparse<sparse_arrays>(out, codec, g.size(), [&](auto begin) {
       const auto arrays = begin(st.plan_.k);
       return draw_and_gather(st, g, e, staged, arrays.index, arrays.value, rank);

@@ -81,8 +81,7 @@ __global__ void check_sparse_payloads_kernel(const std::byte* slots, std::size_t
         bad = cuda::payload_malformed;
     } else {
       const bool ok = h.magic == want.magic && h.version == want.version && h.codec == want.codec &&
-                      (h.flags & ~wire::flag::non_finite) == 0 && h.n == want.n && h.param == 0 &&
-                      h.reserved == 0 &&
+                      (h.flags & ~wire::flag::non_finite) == 0 && h.n == want.n && h.param == 0 && h.reserved == 0 &&
                       (flagged ? h.count == 0 && h.body_bytes == 0 : h.count == k && h.body_bytes == want.body_bytes);
       bad = !ok ? cuda::payload_malformed : flagged ? cuda::payload_non_finite : 0u;
     }
@@ -221,7 +220,6 @@ private:
     if (r.status == step_status::ok) divide(*exec_, inout, sums, static_cast<float>(coll.size()));
     return r;
   }
-
 };
 
 static_assert(Compressor<topk<cuda::executor>, archetypes::device_collective>,

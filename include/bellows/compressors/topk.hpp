@@ -56,9 +56,7 @@ public:
   explicit topk(topk_params params = {}, Exec& exec = Exec::shared()) : base(exec), params_(params) {}
 
   [[nodiscard]] const topk_params& params() const noexcept { return params_; }
-  [[nodiscard]] bellows::aggregation aggregation() const noexcept {
-    return bellows::aggregation::allgather;
-  }
+  [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allgather; }
 
   /// One step (a collective call). By allgather: stage, exchange the payloads, average them,
   /// and on success commit. When dense_switch is on and W * k * (index + value bytes) >= 4 n,
@@ -75,8 +73,7 @@ public:
     const std::span<float> sum(st.dense_.data(), n);
     const auto [memory, staged] = this->compensation(st);
     const std::optional<std::size_t> kept =
-        select_top_dense(*this->exec_, st.plan_, sample_key(st, coll.rank()), inout, memory, staged,
-                         st.work_, sum);
+        select_top_dense(*this->exec_, st.plan_, sample_key(st, coll.rank()), inout, memory, staged, st.work_, sum);
     this->staged_without_payload(st, kept.has_value());
     st.dense_[n] = kept ? 0.0f : 1.0f;
     coll.allreduce_sum(st.dense_);
@@ -115,8 +112,8 @@ private:
     return {params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id, static_cast<std::uint32_t>(rank)};
   }
 
-  std::span<std::byte> write(state& st, std::span<const float> g, std::span<const float> e,
-                             std::span<float> staged, std::span<std::byte> out, std::size_t rank) const {
+  std::span<std::byte> write(state& st, std::span<const float> g, std::span<const float> e, std::span<float> staged,
+                             std::span<std::byte> out, std::size_t rank) const {
     return detail::write_sparse<sparse_arrays>(out, codec, g.size(), [&](auto begin) {
       return select_top(*this->exec_, st.plan_, sample_key(st, rank), g, e, staged, st.work_, begin);
     });

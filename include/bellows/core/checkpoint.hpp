@@ -76,8 +76,7 @@ public:
     requires std::is_trivially_copyable_v<T>
   void get_array(std::span<T> out, std::string_view what) {
     const auto count = get<std::uint64_t>(what);
-    if (count != out.size())
-      fail<wire_error>("checkpoint: ", what, " has ", count, " elements, expected ", out.size());
+    if (count != out.size()) fail<wire_error>("checkpoint: ", what, " has ", count, " elements, expected ", out.size());
     need(out.size_bytes(), what);
     if (!out.empty()) std::memcpy(static_cast<void*>(out.data()), in_.data() + pos_, out.size_bytes());
     pos_ += out.size_bytes();
@@ -88,8 +87,7 @@ public:
   /// left as it was.
   void get_finite_array(std::span<float> out, std::string_view what) {
     const auto count = get<std::uint64_t>(what);
-    if (count != out.size())
-      fail<wire_error>("checkpoint: ", what, " has ", count, " elements, expected ", out.size());
+    if (count != out.size()) fail<wire_error>("checkpoint: ", what, " has ", count, " elements, expected ", out.size());
     need(out.size_bytes(), what);
     for (std::size_t i = 0; i < out.size(); ++i) {
       float v;
@@ -104,8 +102,7 @@ public:
   /// Reads a string of at most `max_length` characters.
   [[nodiscard]] std::string get_string(std::string_view what, std::size_t max_length = 4096) {
     const auto count = get<std::uint64_t>(what);
-    if (count > max_length)
-      fail<wire_error>("checkpoint: ", what, " of ", count, " characters exceeds ", max_length);
+    if (count > max_length) fail<wire_error>("checkpoint: ", what, " of ", count, " characters exceeds ", max_length);
     need(count, what);
     std::string s(reinterpret_cast<const char*>(in_.data() + pos_), count);
     pos_ += count;
@@ -114,15 +111,14 @@ public:
 
   /// Checks that nothing follows.
   void finish() const {
-    if (pos_ != in_.size())
-      fail<wire_error>("checkpoint: ", in_.size() - pos_, " unexpected bytes at the end");
+    if (pos_ != in_.size()) fail<wire_error>("checkpoint: ", in_.size() - pos_, " unexpected bytes at the end");
   }
 
 private:
   void need(std::size_t bytes, std::string_view what) const {
     if (bytes > in_.size() - pos_)
-      fail<wire_error>("checkpoint: truncated while reading ", what, " (", bytes,
-                               " bytes needed, ", in_.size() - pos_, " left)");
+      fail<wire_error>("checkpoint: truncated while reading ", what, " (", bytes, " bytes needed, ", in_.size() - pos_,
+                       " left)");
   }
 
   std::span<const std::byte> in_;
@@ -205,8 +201,7 @@ inline void write_file_atomically(const std::filesystem::path& path, std::span<c
     const int err = errno;
     ::close(dfd);
     if (rc != 0 && err != EINVAL)
-      fail("write_file_atomically: ", path, " was replaced, but flushing its directory failed: ",
-                   std::strerror(err));
+      fail("write_file_atomically: ", path, " was replaced, but flushing its directory failed: ", std::strerror(err));
   }
   reached(detail::atomic_write_stage::directory_flushed);
 }
@@ -221,8 +216,7 @@ inline void write_file_atomically(const std::filesystem::path& path, std::span<c
     ~fd_closer() { ::close(fd); }
   } closer{fd};
   struct stat info {};
-  if (::fstat(fd, &info) != 0)
-    fail("read_file: cannot inspect ", path, ": ", std::strerror(errno));
+  if (::fstat(fd, &info) != 0) fail("read_file: cannot inspect ", path, ": ", std::strerror(errno));
   if (!S_ISREG(info.st_mode)) fail("read_file: ", path, " is not a regular file");
   std::vector<std::byte> bytes(static_cast<std::size_t>(info.st_size));
   std::size_t done = 0;
@@ -234,7 +228,7 @@ inline void write_file_atomically(const std::filesystem::path& path, std::span<c
     }
     if (n == 0)
       fail("read_file: ", path, " ended after ", done, " of its ", bytes.size(),
-                   " bytes (it changed while being read)");
+           " bytes (it changed while being read)");
     done += static_cast<std::size_t>(n);
   }
   return bytes;

@@ -61,7 +61,7 @@ template <class Error = error, class... Parts>
 /// message parts streamed together, followed by the failed condition, e.g.
 ///   BELLOWS_EXPECTS(ratio > 0 && ratio <= 1, "layer 'fc1': ratio must be in (0, 1], got ", ratio);
 /// -> "layer 'fc1': ratio must be in (0, 1], got 0 [check: ratio > 0 && ratio <= 1]"
-#define BELLOWS_EXPECTS(condition, ...)                                                    \
-  do {                                                                                     \
-    if (!(condition)) ::bellows::fail(__VA_ARGS__, " [check: " #condition "]");         \
+#define BELLOWS_EXPECTS(condition, ...)                                         \
+  do {                                                                          \
+    if (!(condition)) ::bellows::fail(__VA_ARGS__, " [check: " #condition "]"); \
   } while (false)

@@ -47,9 +47,7 @@ BELLOWS_HD constexpr u32x4 philox4x32_10(u32x4 counter, u32x2 key) noexcept {
 }
 
 /// A uniform float in [0, 1) from the top 24 bits of a word (every value a multiple of 2^-24).
-BELLOWS_HD constexpr float to_uniform(std::uint32_t w) noexcept {
-  return static_cast<float>(w >> 8) * 0x1p-24f;
-}
+BELLOWS_HD constexpr float to_uniform(std::uint32_t w) noexcept { return static_cast<float>(w >> 8) * 0x1p-24f; }
 
 /// A uniform double in (0, 1] from the top 24 bits of a word; never 0, so its logarithm is finite.
 BELLOWS_HD constexpr double to_uniform_nonzero(std::uint32_t w) noexcept {

@@ -23,8 +23,7 @@ public:
   constexpr shape() = default;
 
   shape(std::initializer_list<std::size_t> dims) {
-    BELLOWS_EXPECTS(dims.size() <= max_dims, "shape: at most ", max_dims, " dimensions, got ",
-                    dims.size());
+    BELLOWS_EXPECTS(dims.size() <= max_dims, "shape: at most ", max_dims, " dimensions, got ", dims.size());
     for (std::size_t d : dims) push_back(d);
   }
 

@@ -53,9 +53,7 @@ public:
   [[nodiscard]] std::size_t layers() const noexcept { return per_layer_.size(); }
 
   void record(std::size_t layer, const traffic& t) { at(layer) += t; }
-  [[nodiscard]] const traffic& layer(std::size_t layer) const {
-    return const_cast<traffic_log*>(this)->at(layer);
-  }
+  [[nodiscard]] const traffic& layer(std::size_t layer) const { return const_cast<traffic_log*>(this)->at(layer); }
   [[nodiscard]] traffic total() const noexcept {
     traffic t;
     for (const traffic& l : per_layer_) t += l;
@@ -64,8 +62,7 @@ public:
 
 private:
   traffic& at(std::size_t layer) {
-    if (layer >= per_layer_.size())
-      fail("traffic_log: layer ", layer, " of ", per_layer_.size());
+    if (layer >= per_layer_.size()) fail("traffic_log: layer ", layer, " of ", per_layer_.size());
     return per_layer_[layer];
   }
 

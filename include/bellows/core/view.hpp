@@ -25,12 +25,11 @@ public:
   constexpr tensor_view() = default;
   tensor_view(T* data, bellows::shape shp, memory_space space = memory_space::host)
       : data_(data), shape_(shp), space_(space) {
-    BELLOWS_EXPECTS(data != nullptr || shp.size() == 0, "tensor_view: null data for a shape of ",
-                    shp.size(), " elements");
+    BELLOWS_EXPECTS(data != nullptr || shp.size() == 0, "tensor_view: null data for a shape of ", shp.size(),
+                    " elements");
   }
   /// A 1-D host view of a span.
-  explicit tensor_view(std::span<T> s)
-      : tensor_view(s.data(), bellows::shape::vector(s.size()), memory_space::host) {}
+  explicit tensor_view(std::span<T> s) : tensor_view(s.data(), bellows::shape::vector(s.size()), memory_space::host) {}
 
   [[nodiscard]] T* data() const noexcept { return data_; }
   [[nodiscard]] const bellows::shape& shape() const noexcept { return shape_; }
@@ -41,9 +40,12 @@ public:
   [[nodiscard]] std::span<T> span() const noexcept { return {data_, size()}; }
 
   /// A read-only view of the same memory.
+  // (clang-format-14 would join the requires clause to the declaration)
+  // clang-format off
   operator tensor_view<const T>() const noexcept  // NOLINT(google-explicit-constructor)
     requires(!std::is_const_v<T>)
   {
+    // clang-format on
     return tensor_view<const T>(data_, shape_, space_);
   }
 

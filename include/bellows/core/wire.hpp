@@ -95,8 +95,8 @@ template <class T>
 class writer {
 public:
   writer(std::span<std::byte> out, const header& h) : out_(out) {
-    BELLOWS_EXPECTS(out.size() >= header_bytes, "wire::writer: storage of ", out.size(),
-                    " bytes cannot hold the ", header_bytes, "-byte header");
+    BELLOWS_EXPECTS(out.size() >= header_bytes, "wire::writer: storage of ", out.size(), " bytes cannot hold the ",
+                    header_bytes, "-byte header");
     BELLOWS_EXPECTS(reinterpret_cast<std::uintptr_t>(out.data()) % body_alignment == 0,
                     "wire::writer: storage must start at a multiple of ", body_alignment, " bytes");
     h_ = h;
@@ -107,10 +107,8 @@ public:
   std::span<T> array(std::size_t count) {
     static_assert(std::is_trivially_copyable_v<T>);
     const std::size_t start = (pos_ + alignof(T) - 1) / alignof(T) * alignof(T);
-    BELLOWS_EXPECTS(header_bytes + start <= out_.size() &&
-                        count <= (out_.size() - header_bytes - start) / sizeof(T),
-                    "wire::writer: array of ", count, " elements overruns the ", out_.size(),
-                    "-byte storage");
+    BELLOWS_EXPECTS(header_bytes + start <= out_.size() && count <= (out_.size() - header_bytes - start) / sizeof(T),
+                    "wire::writer: array of ", count, " elements overruns the ", out_.size(), "-byte storage");
     const std::size_t end = start + count * sizeof(T);
     std::memset(out_.data() + header_bytes + pos_, 0, start - pos_);
     pos_ = end;
@@ -141,30 +139,22 @@ class reader {
 public:
   reader(std::span<const std::byte> in, codec expected) : in_(in) {
     if (in.size() < header_bytes)
-      fail<wire_error>("wire: payload of ", in.size(), " bytes is shorter than the ",
-                               header_bytes, "-byte header");
+      fail<wire_error>("wire: payload of ", in.size(), " bytes is shorter than the ", header_bytes, "-byte header");
     if (reinterpret_cast<std::uintptr_t>(in.data()) % body_alignment != 0)
-      fail<wire_error>("wire: payload does not start at a multiple of ", body_alignment,
-                               " bytes");
+      fail<wire_error>("wire: payload does not start at a multiple of ", body_alignment, " bytes");
     std::memcpy(static_cast<void*>(&h_), in.data(), header_bytes);
-    if (h_.magic != magic)
-      fail<wire_error>("wire: bad magic 0x", std::hex, h_.magic, " (expected 0x", magic, ")");
+    if (h_.magic != magic) fail<wire_error>("wire: bad magic 0x", std::hex, h_.magic, " (expected 0x", magic, ")");
     if (h_.version != version)
-      fail<wire_error>("wire: unsupported version ", h_.version, " (this build reads ",
-                               version, ")");
+      fail<wire_error>("wire: unsupported version ", h_.version, " (this build reads ", version, ")");
     if (h_.codec != expected)
-      fail<wire_error>("wire: payload of codec ", static_cast<unsigned>(h_.codec), " (",
-                               to_string(h_.codec), ") where ", to_string(expected), " was expected");
-    if ((h_.flags & ~flag::all) != 0)
-      fail<wire_error>("wire: unknown flag bits 0x", std::hex, unsigned{h_.flags});
-    if (h_.reserved != 0)
-      fail<wire_error>("wire: reserved field is ", h_.reserved, ", not 0");
+      fail<wire_error>("wire: payload of codec ", static_cast<unsigned>(h_.codec), " (", to_string(h_.codec),
+                       ") where ", to_string(expected), " was expected");
+    if ((h_.flags & ~flag::all) != 0) fail<wire_error>("wire: unknown flag bits 0x", std::hex, unsigned{h_.flags});
+    if (h_.reserved != 0) fail<wire_error>("wire: reserved field is ", h_.reserved, ", not 0");
     if (h_.body_bytes != in.size() - header_bytes)
-      fail<wire_error>("wire: header says ", h_.body_bytes, " body bytes, payload has ",
-                               in.size() - header_bytes);
+      fail<wire_error>("wire: header says ", h_.body_bytes, " body bytes, payload has ", in.size() - header_bytes);
     if (h_.body_bytes % body_alignment != 0)
-      fail<wire_error>("wire: body of ", h_.body_bytes, " bytes is not padded to ",
-                               body_alignment);
+      fail<wire_error>("wire: body of ", h_.body_bytes, " bytes is not padded to ", body_alignment);
   }
 
   [[nodiscard]] const header& head() const noexcept { return h_; }
@@ -176,23 +166,20 @@ public:
     const std::size_t body = in_.size() - header_bytes;
     const std::size_t start = (pos_ + alignof(T) - 1) / alignof(T) * alignof(T);
     if (count > (body - std::min(start, body)) / sizeof(T))
-      fail<wire_error>("wire: array of ", count, " elements of ", sizeof(T),
-                               " bytes overruns the ", body, "-byte body of a ", to_string(h_.codec),
-                               " payload");
+      fail<wire_error>("wire: array of ", count, " elements of ", sizeof(T), " bytes overruns the ", body,
+                       "-byte body of a ", to_string(h_.codec), " payload");
     pos_ = start + count * sizeof(T);
-    return {reinterpret_cast<const T*>(in_.data() + header_bytes + start),
-            static_cast<std::size_t>(count)};
+    return {reinterpret_cast<const T*>(in_.data() + header_bytes + start), static_cast<std::size_t>(count)};
   }
 
   /// Checks that only zero padding follows the last array.
   void finish() const {
     const std::size_t body = in_.size() - header_bytes;
     if (padded(pos_) != body)
-      fail<wire_error>("wire: ", body - pos_, " bytes follow the arrays of a ",
-                               to_string(h_.codec), " payload (expected ", padded(pos_) - pos_, ")");
+      fail<wire_error>("wire: ", body - pos_, " bytes follow the arrays of a ", to_string(h_.codec),
+                       " payload (expected ", padded(pos_) - pos_, ")");
     for (std::size_t i = pos_; i < body; ++i)
-      if (in_[header_bytes + i] != std::byte{0})
-        fail<wire_error>("wire: non-zero padding byte at body offset ", i);
+      if (in_[header_bytes + i] != std::byte{0}) fail<wire_error>("wire: non-zero padding byte at body offset ", i);
   }
 
 private:

@@ -67,9 +67,8 @@ inline void divide_by_count(float* x, std::size_t len, std::size_t w) noexcept {
 
 /// x[i] = value for every element.
 inline void fill(executor& exec, std::span<float> x, float value) {
-  exec.for_chunks(x.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
-    std::fill(x.data() + lo, x.data() + hi, value);
-  });
+  exec.for_chunks(x.size(), elementwise_chunk,
+                  [&](std::size_t lo, std::size_t hi) { std::fill(x.data() + lo, x.data() + hi, value); });
 }
 
 /// x[i] = x[i] / d for every element (division, not multiplication by 1/d, as docs/spec.md#averages asks).
@@ -114,18 +113,17 @@ inline void add_into(executor& exec, std::span<float> x, std::span<const float> 
 
 /// out[i] = a[i] + b[i] (same lengths; out may alias a or b).
 inline void add(executor& exec, std::span<float> out, std::span<const float> a, std::span<const float> b) {
-  BELLOWS_EXPECTS(out.size() == a.size() && a.size() == b.size(), "add: lengths ", out.size(), ", ",
-                  a.size(), " and ", b.size());
+  BELLOWS_EXPECTS(out.size() == a.size() && a.size() == b.size(), "add: lengths ", out.size(), ", ", a.size(), " and ",
+                  b.size());
   exec.for_chunks(out.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
     for (std::size_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
   });
 }
 
 /// out[i] = a[i] - b[i] (same lengths; out may alias a).
-inline void subtract(executor& exec, std::span<float> out, std::span<const float> a,
-                     std::span<const float> b) {
-  BELLOWS_EXPECTS(out.size() == a.size() && a.size() == b.size(), "subtract: lengths ", out.size(),
-                  ", ", a.size(), " and ", b.size());
+inline void subtract(executor& exec, std::span<float> out, std::span<const float> a, std::span<const float> b) {
+  BELLOWS_EXPECTS(out.size() == a.size() && a.size() == b.size(), "subtract: lengths ", out.size(), ", ", a.size(),
+                  " and ", b.size());
   exec.for_chunks(out.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
     for (std::size_t i = lo; i < hi; ++i) out[i] = a[i] - b[i];
   });

@@ -42,8 +42,7 @@ namespace detail {
 /// fixed order keeps the result independent of the executor's thread count.
 inline void orthogonalize(executor& /*exec*/, std::span<float> cols, std::size_t rows, float eps) {
   if (rows == 0) return;
-  BELLOWS_EXPECTS(cols.size() % rows == 0, "orthogonalize: ", cols.size(),
-                  " floats are not whole columns of ", rows);
+  BELLOWS_EXPECTS(cols.size() % rows == 0, "orthogonalize: ", cols.size(), " floats are not whole columns of ", rows);
   BELLOWS_EXPECTS(eps >= 0.0f, "orthogonalize: eps must be >= 0, got ", eps);
   const std::size_t rank = cols.size() / rows;
   constexpr std::size_t most_columns = 64;  // larger ranks skip the second pass (no workspace)

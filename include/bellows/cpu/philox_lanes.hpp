@@ -47,12 +47,15 @@ inline void philox_lanes_scalar(const philox::stream& s, std::uint32_t first, st
 #if BELLOWS_X86_VERSIONS
 /// Vectors of N 32-bit lanes and of N / 2 64-bit lanes, N = 8 (AVX2) or 16 (AVX-512): each
 /// version works in its target's register width (GCC splits wider generic vectors badly).
-template <std::size_t N> struct lane_types;
-template <> struct lane_types<8> {
+template <std::size_t N>
+struct lane_types;
+template <>
+struct lane_types<8> {
   typedef std::uint32_t u32 __attribute__((vector_size(32)));
   typedef std::uint64_t u64 __attribute__((vector_size(32)));
 };
-template <> struct lane_types<16> {
+template <>
+struct lane_types<16> {
   typedef std::uint32_t u32 __attribute__((vector_size(64)));
   typedef std::uint64_t u64 __attribute__((vector_size(64)));
 };
@@ -84,8 +87,8 @@ template <std::size_t N, class U32 = typename lane_types<N>::u32, class U64 = ty
   const auto wide = (U64)a;  // a vector cast between equal sizes reinterprets the bits
   const U64 multiplier = U64{} + std::uint64_t{m};
   U64 even, odd;
-  mul_low_halves<N>(wide, multiplier, even);        // lanes 0, 2, 4, ...
-  mul_low_halves<N>(wide >> 32, multiplier, odd);   // lanes 1, 3, 5, ...
+  mul_low_halves<N>(wide, multiplier, even);       // lanes 0, 2, 4, ...
+  mul_low_halves<N>(wide >> 32, multiplier, odd);  // lanes 1, 3, 5, ...
   constexpr auto lanes = std::make_index_sequence<N>{};
   even_odd<N>((U32)(even >> 32), (U32)odd, hi, lanes);
   even_odd<N>((U32)even, (U32)(odd << 32), lo, lanes);
@@ -106,8 +109,8 @@ constexpr int quad_index(std::size_t n, std::size_t j, std::size_t t) noexcept {
 /// The body every version shares, at its register width N (inlined into each version, so each
 /// is compiled for its target). T... is 0 .. N - 1.
 template <std::size_t N, std::size_t... T>
-[[gnu::always_inline]] inline void philox_lanes_body(const philox::stream& s, std::uint32_t first,
-                                                     std::uint32_t* out, std::index_sequence<T...>) noexcept {
+[[gnu::always_inline]] inline void philox_lanes_body(const philox::stream& s, std::uint32_t first, std::uint32_t* out,
+                                                     std::index_sequence<T...>) noexcept {
   using U32 = typename lane_types<N>::u32;
   const U32 lane = {static_cast<std::uint32_t>(T)...};
   for (std::size_t group = 0; group < philox_lane_blocks / N; ++group) {

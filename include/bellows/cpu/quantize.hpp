@@ -73,8 +73,7 @@ struct block_span {
 }
 
 /// The code of one element: sign bit (only with a non-zero level) above the level.
-[[nodiscard]] inline std::uint32_t code_of(float v, float inv, float u, std::int32_t s,
-                                           unsigned bits) noexcept {
+[[nodiscard]] inline std::uint32_t code_of(float v, float inv, float u, std::int32_t s, unsigned bits) noexcept {
   const std::uint32_t bitsv = std::bit_cast<std::uint32_t>(v);
   const float x = std::bit_cast<float>(bitsv & 0x7FFFFFFFu) * inv + u;
   const std::int32_t level = std::min(static_cast<std::int32_t>(x), s);
@@ -144,9 +143,9 @@ inline void quantize_bucket(const float* in, std::size_t lo, std::size_t hi, flo
 }
 
 template <unsigned Bits>
-void quantize_range(std::span<const float> in, const code_layout& layout, bucket_norm norm,
-                    const philox::stream& rng, philox_lanes_fn draw_words, std::span<float> scales,
-                    std::uint8_t* codes, std::size_t b0, std::size_t b1) noexcept {
+void quantize_range(std::span<const float> in, const code_layout& layout, bucket_norm norm, const philox::stream& rng,
+                    philox_lanes_fn draw_words, std::span<float> scales, std::uint8_t* codes, std::size_t b0,
+                    std::size_t b1) noexcept {
   const auto s = static_cast<std::int32_t>(layout.levels());
   for (std::size_t b = b0; b < b1; ++b) {
     const std::size_t i = b * layout.bucket, j = std::min(layout.n, i + layout.bucket);
@@ -208,8 +207,7 @@ void dequantize_range(std::span<const float> scales, const std::uint8_t* codes, 
       store<Add>(out.data() + i, decode_code<Bits>(c, step));
     };
     for (std::size_t i = lo; i < first; ++i) one(i);
-    for (std::size_t i = first; i < last; i += code_block)
-      dequantize_block<Bits, Add>(codes, i, step, out.data() + i);
+    for (std::size_t i = first; i < last; i += code_block) dequantize_block<Bits, Add>(codes, i, step, out.data() + i);
     for (std::size_t i = last; i < hi; ++i) one(i);
   }
 }
@@ -297,12 +295,12 @@ inline void sum_codes8_baseline(std::span<const code_arrays> parts, std::size_t 
 /// For 8 bits, whole code blocks are summed by `sum_codes8` (a vector version where the processor
 /// has one).
 template <unsigned Bits>
-void average_range(std::span<const code_arrays> parts, const code_layout& layout, std::span<float> out,
-                   std::size_t b0, std::size_t b1, sum_codes8_fn sum_codes8) noexcept {
+void average_range(std::span<const code_arrays> parts, const code_layout& layout, std::span<float> out, std::size_t b0,
+                   std::size_t b1, sum_codes8_fn sum_codes8) noexcept {
   constexpr std::uint32_t mask = (1u << Bits) - 1;
   const auto s = static_cast<float>(layout.levels());
   alignas(64) float tile[average_tile];
-  std::fill(tile, tile + average_tile, 0.0f);  // zeroed whole, then again where it was used
+  std::fill(tile, tile + average_tile, 0.0f);       // zeroed whole, then again where it was used
   std::size_t t0 = b0 * layout.bucket, filled = 0;  // tile[j] is out[t0 + j]
   const auto flush = [&](std::size_t room) {
     if (filled + room <= average_tile) return;
@@ -327,7 +325,8 @@ void average_range(std::span<const code_arrays> parts, const code_layout& layout
       if constexpr (Bits == 8)
         sum_codes8(parts, b, i, s, tile + filled);
       else
-        for (const code_arrays& p : parts) dequantize_block<Bits, true>(p.codes.data(), i, p.scales[b] / s, tile + filled);
+        for (const code_arrays& p : parts)
+          dequantize_block<Bits, true>(p.codes.data(), i, p.scales[b] / s, tile + filled);
       filled += code_block;
     }
     for (std::size_t i = last; i < hi; ++i) one(i);
@@ -341,9 +340,8 @@ void average_range(std::span<const code_arrays> parts, const code_layout& layout
 /// `rng`). Returns false when some bucket's scale is not finite (the input held NaN or Inf, or
 /// its L2 norm overflows float): the caller must then flag the payload, whose codes are
 /// meaningless. Tasks are groups of buckets, so the result does not depend on the thread count.
-inline bool quantize_pack(executor& exec, std::span<const float> in, const code_layout& layout,
-                          bucket_norm norm, const philox::stream& rng, std::span<float> scales,
-                          std::span<std::uint8_t> codes) {
+inline bool quantize_pack(executor& exec, std::span<const float> in, const code_layout& layout, bucket_norm norm,
+                          const philox::stream& rng, std::span<float> scales, std::span<std::uint8_t> codes) {
   bellows::detail::check_codes("quantize_pack", layout, in.size(), scales.size(), codes.size());
   BELLOWS_EXPECTS(in.size() / 4 < std::size_t{1} << 32, "quantize_pack: ", in.size(),
                   " elements overrun the 2^34-word Philox stream");
@@ -363,9 +361,8 @@ inline bool quantize_pack(executor& exec, std::span<const float> in, const code_
 /// Decodes packed codes and their scales: out[i] = value_i, or out[i] += value_i when
 /// `accumulate`. Codes are not checked here (every b-bit pattern is a sign and a level <= s);
 /// scales must be finite and >= 0 (the codec's validation checks them).
-inline void unpack_dequantize(executor& exec, std::span<const float> scales,
-                              std::span<const std::uint8_t> codes, const code_layout& layout,
-                              std::span<float> out, bool accumulate) {
+inline void unpack_dequantize(executor& exec, std::span<const float> scales, std::span<const std::uint8_t> codes,
+                              const code_layout& layout, std::span<float> out, bool accumulate) {
   bellows::detail::check_codes("unpack_dequantize", layout, out.size(), scales.size(), codes.size());
   exec.for_chunks(layout.buckets(), detail::buckets_per_task(layout.bucket), [&](std::size_t b0, std::size_t b1) {
     const auto run = [&]<unsigned Bits>() {

@@ -67,8 +67,8 @@ namespace detail {
 
 /// Calls f(index) for every index that slots [first, last) propose (step 2), in slot order.
 template <class F>
-void for_each_proposal(const philox::stream& s, std::uint64_t n, std::uint64_t first,
-                       std::uint64_t last, F&& f) noexcept {
+void for_each_proposal(const philox::stream& s, std::uint64_t n, std::uint64_t first, std::uint64_t last,
+                       F&& f) noexcept {
   if (n <= 0xFFFFFFFFu) {
     const auto n32 = static_cast<std::uint32_t>(n);
     const std::uint32_t reject_below = (0u - n32) % n32;
@@ -94,8 +94,8 @@ void for_each_proposal(const philox::stream& s, std::uint64_t n, std::uint64_t f
 /// Adds the indices proposed by slots [first, last) to the bitmap and the per-chunk counts;
 /// returns how many were new. The bitmap outgrows the caches for large n, so proposals are made
 /// a group ahead of their insertion, and the words they will set are prefetched meanwhile.
-inline std::uint64_t propose(const philox::stream& s, std::uint64_t n, std::uint64_t first,
-                             std::uint64_t last, std::uint64_t* bits, std::uint32_t* per_chunk) noexcept {
+inline std::uint64_t propose(const philox::stream& s, std::uint64_t n, std::uint64_t first, std::uint64_t last,
+                             std::uint64_t* bits, std::uint32_t* per_chunk) noexcept {
   constexpr std::uint64_t group = 256;
   std::uint64_t buffer[2][group];
   std::uint64_t count[2] = {0, 0}, added = 0;
@@ -177,9 +177,9 @@ namespace detail {
 /// of 32 write their first two without branching (a spare entry, overwritten next, when there
 /// are fewer; only while two fit before `end`), and a branch takes any further ones.
 template <bool Compensate, class Index>
-bool gather_chunk(const float* g, const float* e, float* staged, std::size_t lo, std::size_t hi,
-                  std::uint64_t* bits, bool complement, Index* index, float* value, std::uint64_t o,
-                  std::uint64_t end, float scale) noexcept {
+bool gather_chunk(const float* g, const float* e, float* staged, std::size_t lo, std::size_t hi, std::uint64_t* bits,
+                  bool complement, Index* index, float* value, std::uint64_t o, std::uint64_t end,
+                  float scale) noexcept {
   auto emit = [&](std::size_t i, bool keep) {
     index[o] = static_cast<Index>(i);
     value[o] = scale * (Compensate ? g[i] + e[i] : g[i]);
@@ -229,8 +229,7 @@ bool gather_chunk(const float* g, const float* e, float* staged, std::size_t lo,
 
 /// Steps 2 to 4 (see the top of this file): leaves the chosen set in the workspace, for
 /// gather_sample.
-inline void draw_sample(executor& /*exec*/, const sample_plan& plan, const philox::stream& s,
-                        sample_workspace& ws) {
+inline void draw_sample(executor& /*exec*/, const sample_plan& plan, const philox::stream& s, sample_workspace& ws) {
   if (plan.chosen == 0) return;
   BELLOWS_EXPECTS(ws.chosen.size() == (plan.n + 63) / 64 && ws.dropped.size() * 64 >= plan.batch &&
                       ws.per_chunk.size() == ws.first.size(),
@@ -260,14 +259,14 @@ inline void draw_sample(executor& /*exec*/, const sample_plan& plan, const philo
 /// and `staged` unspecified, when an element of v anywhere is NaN or +-Inf.
 template <class Index>
 [[nodiscard]] bool gather_sample(executor& exec, const sample_plan& plan, sample_workspace& ws,
-                                 std::span<const float> g, std::span<const float> e,
-                                 std::span<float> staged, sparse_arrays<Index> out, float scale = 1.0f) {
+                                 std::span<const float> g, std::span<const float> e, std::span<float> staged,
+                                 sparse_arrays<Index> out, float scale = 1.0f) {
   const std::size_t n = g.size();
   const bool compensate = !e.empty();
   BELLOWS_EXPECTS(n == plan.n && out.index.size() == plan.k && out.value.size() == plan.k &&
                       (!compensate || (e.size() == n && staged.size() == n)),
-                  "gather_sample: a plan of ", plan.k, " of ", plan.n, " for buffers of ", n, ", ",
-                  e.size(), ", ", staged.size(), " and ", out.index.size(), " entries");
+                  "gather_sample: a plan of ", plan.k, " of ", plan.n, " for buffers of ", n, ", ", e.size(), ", ",
+                  staged.size(), " and ", out.index.size(), " entries");
   BELLOWS_EXPECTS(!compensate || detail::stream_aligned(staged.data()),
                   "gather_sample: `staged` must start at a multiple of 16 bytes");
   const std::size_t chunks = (n + sparse_chunk - 1) / sparse_chunk;
@@ -286,12 +285,10 @@ template <class Index>
     const std::uint64_t end = c + 1 < chunks ? ws.first[c + 1] : plan.k;
     std::uint64_t* bits = drawn ? ws.chosen.data() + lo / 64 : nullptr;
     const bool chunk_bad =
-        compensate ? detail::gather_chunk<true>(g.data(), e.data(), staged.data(), lo, hi, bits,
-                                                plan.complement, out.index.data(), out.value.data(),
-                                                ws.first[c], end, scale)
-                   : detail::gather_chunk<false>(g.data(), nullptr, nullptr, lo, hi, bits,
-                                                 plan.complement, out.index.data(), out.value.data(),
-                                                 ws.first[c], end, scale);
+        compensate ? detail::gather_chunk<true>(g.data(), e.data(), staged.data(), lo, hi, bits, plan.complement,
+                                                out.index.data(), out.value.data(), ws.first[c], end, scale)
+                   : detail::gather_chunk<false>(g.data(), nullptr, nullptr, lo, hi, bits, plan.complement,
+                                                 out.index.data(), out.value.data(), ws.first[c], end, scale);
     if (chunk_bad) bad.store(true, std::memory_order_relaxed);
   });
   return !bad.load(std::memory_order_relaxed);

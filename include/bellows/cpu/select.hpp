@@ -94,9 +94,8 @@ struct kth_key {
 /// `scratch` holds at least values.size() keys.
 [[nodiscard]] inline kth_key kth_largest_key(std::span<const float> values, std::size_t rank,
                                              std::span<std::uint32_t> scratch) {
-  BELLOWS_EXPECTS(rank >= 1 && rank <= values.size() && scratch.size() >= values.size(),
-                  "kth_largest_key: rank ", rank, " of ", values.size(), " values, scratch ",
-                  scratch.size());
+  BELLOWS_EXPECTS(rank >= 1 && rank <= values.size() && scratch.size() >= values.size(), "kth_largest_key: rank ", rank,
+                  " of ", values.size(), " values, scratch ", scratch.size());
   constexpr unsigned shift = 20;
   std::size_t hist[std::size_t{1} << (31 - shift)] = {};
   for (float v : values) ++hist[magnitude_key(v) >> shift];
@@ -111,8 +110,7 @@ struct kth_key {
   const auto nth = scratch.begin() + static_cast<std::ptrdiff_t>(count - (rank - above));
   std::nth_element(scratch.begin(), nth, scratch.begin() + static_cast<std::ptrdiff_t>(count));
   const std::uint32_t key = *nth;
-  for (auto it = nth + 1; it != scratch.begin() + static_cast<std::ptrdiff_t>(count); ++it)
-    above += *it > key;
+  for (auto it = nth + 1; it != scratch.begin() + static_cast<std::ptrdiff_t>(count); ++it) above += *it > key;
   return {key, above};
 }
 
@@ -141,8 +139,8 @@ struct scan_tally {
 /// their first two hits without branching (writing a spare entry that the next one overwrites
 /// when there are fewer) and take a branch only for a third.
 template <bool Compensate, bool Upper>
-scan_tally scan_chunk(const float* g, const float* e, float* staged, std::size_t len,
-                      std::uint32_t lo, std::uint32_t hi, std::uint16_t* position, float* value) noexcept {
+scan_tally scan_chunk(const float* g, const float* e, float* staged, std::size_t len, std::uint32_t lo,
+                      std::uint32_t hi, std::uint16_t* position, float* value) noexcept {
   constexpr bool stage = Compensate && !Upper;
   scan_tally t;
   std::uint32_t bad_hit = 0;
@@ -212,17 +210,16 @@ struct scan_summary {
 
 /// Step 2 of select_top over all chunks.
 template <bool Compensate, bool Upper>
-scan_summary scan(executor& exec, const float* g, const float* e, float* staged, std::size_t n,
-                  std::uint32_t lo, std::uint32_t hi, select_workspace& ws) {
+scan_summary scan(executor& exec, const float* g, const float* e, float* staged, std::size_t n, std::uint32_t lo,
+                  std::uint32_t hi, select_workspace& ws) {
   std::atomic<std::size_t> used{0}, above{0};
   std::atomic<bool> bad{false};
   const std::size_t capacity = ws.position.size();
   exec.for_chunks(n, select_chunk, [&](std::size_t begin, std::size_t end) {
     std::uint16_t position[select_chunk];
     float value[select_chunk];
-    const scan_tally t = scan_chunk<Compensate, Upper>(g + begin, e ? e + begin : nullptr,
-                                                       staged ? staged + begin : nullptr, end - begin,
-                                                       lo, hi, position, value);
+    const scan_tally t = scan_chunk<Compensate, Upper>(
+        g + begin, e ? e + begin : nullptr, staged ? staged + begin : nullptr, end - begin, lo, hi, position, value);
     chunk_tally& c = ws.chunks[begin / select_chunk];
     c.candidates = static_cast<std::uint32_t>(t.hits);
     c.above = static_cast<std::uint32_t>(t.above);
@@ -243,8 +240,8 @@ scan_summary scan(executor& exec, const float* g, const float* e, float* staged,
 
 /// Histogram of (key >> shift) & (bins - 1) over the elements with key >> match_shift == match.
 template <bool Compensate>
-void histogram(executor& exec, const float* g, const float* e, std::size_t n, unsigned match_shift,
-               std::uint32_t match, unsigned shift, std::span<std::size_t> hist) {
+void histogram(executor& exec, const float* g, const float* e, std::size_t n, unsigned match_shift, std::uint32_t match,
+               unsigned shift, std::span<std::size_t> hist) {
   constexpr std::size_t chunk = std::size_t{1} << 18;
   std::mutex merge;
   std::ranges::fill(hist, 0);
@@ -263,8 +260,8 @@ void histogram(executor& exec, const float* g, const float* e, std::size_t n, un
 /// The exact k-th largest key of all of v by three histogram passes (11, 10 and 10 key bits);
 /// nullopt-like: non_finite set when v holds NaN or Inf.
 template <bool Compensate>
-kth_key kth_largest_key_of_all(executor& exec, const float* g, const float* e, std::size_t n,
-                               std::size_t k, bool& non_finite) {
+kth_key kth_largest_key_of_all(executor& exec, const float* g, const float* e, std::size_t n, std::size_t k,
+                               bool& non_finite) {
   std::size_t hist[2048];
   kth_key r;
   // Level 1 bins are key >> 20; the others refine the bin that holds the k-th key by 10 bits.
@@ -358,8 +355,8 @@ void each_candidate(const select_workspace& ws, std::uint32_t key, std::size_t t
 /// elements) and the first `zeros` other elements, in index order; the zeros kept get zeros in
 /// `staged` too.
 template <bool Compensate, class Put>
-void each_with_zeros(const float* g, const float* e, float* staged, const select_workspace& ws,
-                     std::size_t zeros, Put&& put) {
+void each_with_zeros(const float* g, const float* e, float* staged, const select_workspace& ws, std::size_t zeros,
+                     Put&& put) {
   std::size_t next = 0;  // the next index a zero may come from
   auto zeros_before = [&](std::size_t end) {
     for (; zeros != 0 && next < end; ++next, --zeros) {
@@ -384,8 +381,8 @@ void each_with_zeros(const float* g, const float* e, float* staged, const select
 /// the ties and its first output position (`out`), then in parallel calls put(i, v, keep) for
 /// every element, with put = chunk_put(its chunk_tally), and writes `staged` (with Compensate).
 template <bool Compensate, class ChunkPut>
-void each_element(executor& exec, const float* g, const float* e, float* staged, std::size_t n,
-                  std::uint32_t key, std::size_t ties, select_workspace& ws, ChunkPut&& chunk_put) {
+void each_element(executor& exec, const float* g, const float* e, float* staged, std::size_t n, std::uint32_t key,
+                  std::size_t ties, select_workspace& ws, ChunkPut&& chunk_put) {
   std::size_t o = 0;
   for (chunk_tally& c : ws.chunks) {
     c.ties = static_cast<std::uint32_t>(std::min<std::size_t>(c.ties, ties));
@@ -431,8 +428,8 @@ struct threshold {
 };
 
 template <bool Compensate>
-threshold find_threshold(executor& exec, const select_plan& plan, const philox::stream& draw,
-                         const float* g, const float* e, float* staged, select_workspace& ws) {
+threshold find_threshold(executor& exec, const select_plan& plan, const philox::stream& draw, const float* g,
+                         const float* e, float* staged, select_workspace& ws) {
   using source = threshold::source;
   const std::size_t n = plan.n, k = plan.k;
   if (n == 0) return {source::candidates, 0, 0, 0};
@@ -472,8 +469,8 @@ threshold find_threshold(executor& exec, const select_plan& plan, const philox::
       // Step 3 among the candidates.
       threshold t{small ? source::candidates : source::pass, lo, s2.candidates, reach};
       if (plan.max_count == k || reach > plan.max_count) {
-        const kth_key kth = kth_largest_key(std::span<const float>(ws.value.data(), s2.candidates),
-                                            k - s2.above, ws.keys);
+        const kth_key kth =
+            kth_largest_key(std::span<const float>(ws.value.data(), s2.candidates), k - s2.above, ws.keys);
         t = {t.from, kth.key, k - s2.above - kth.above, k};
       }
       if (!small) tally_candidates(ws, t.key);
@@ -491,8 +488,8 @@ threshold find_threshold(executor& exec, const select_plan& plan, const philox::
 }
 
 template <bool Compensate, class Arrays>
-bool select_top(executor& exec, const select_plan& plan, const philox::stream& draw, const float* g,
-                const float* e, float* staged, select_workspace& ws, Arrays&& arrays) {
+bool select_top(executor& exec, const select_plan& plan, const philox::stream& draw, const float* g, const float* e,
+                float* staged, select_workspace& ws, Arrays&& arrays) {
   using source = threshold::source;
   const threshold t = find_threshold<Compensate>(exec, plan, draw, g, e, staged, ws);
   if (t.from == source::non_finite) return false;
@@ -521,9 +518,8 @@ bool select_top(executor& exec, const select_plan& plan, const philox::stream& d
   if (t.from == source::candidates)
     each_candidate(ws, t.key, t.ties, staged, writer(0, t.count));
   else
-    each_element<Compensate>(exec, g, e, staged, plan.n, t.key, t.ties, ws, [&](const chunk_tally& c) {
-      return writer(c.out, c.out + c.above + c.ties);
-    });
+    each_element<Compensate>(exec, g, e, staged, plan.n, t.key, t.ties, ws,
+                             [&](const chunk_tally& c) { return writer(c.out, c.out + c.above + c.ties); });
   return true;
 }
 
@@ -531,8 +527,8 @@ bool select_top(executor& exec, const select_plan& plan, const philox::stream& d
 /// Compensate) the other way round. Blocks with no element equal to T are split by mask; the
 /// rare blocks with one go element by element, in order, for the tie rule.
 template <bool Compensate>
-void split_pass(executor& exec, const float* g, const float* e, float* staged, std::size_t n,
-                std::uint32_t key, std::size_t ties, select_workspace& ws, float* dense) {
+void split_pass(executor& exec, const float* g, const float* e, float* staged, std::size_t n, std::uint32_t key,
+                std::size_t ties, select_workspace& ws, float* dense) {
   for (chunk_tally& c : ws.chunks) {
     c.ties = static_cast<std::uint32_t>(std::min<std::size_t>(c.ties, ties));
     ties -= c.ties;
@@ -580,9 +576,9 @@ void split_pass(executor& exec, const float* g, const float* e, float* staged, s
 }
 
 template <bool Compensate>
-std::optional<std::size_t> select_top_dense(executor& exec, const select_plan& plan,
-                                            const philox::stream& draw, const float* g, const float* e,
-                                            float* staged, select_workspace& ws, float* dense) {
+std::optional<std::size_t> select_top_dense(executor& exec, const select_plan& plan, const philox::stream& draw,
+                                            const float* g, const float* e, float* staged, select_workspace& ws,
+                                            float* dense) {
   using source = threshold::source;
   const threshold t = find_threshold<Compensate>(exec, plan, draw, g, e, staged, ws);
   if (t.from == source::non_finite) return std::nullopt;
@@ -590,28 +586,24 @@ std::optional<std::size_t> select_top_dense(executor& exec, const select_plan& p
     split_pass<Compensate>(exec, g, e, staged, plan.n, t.key, t.ties, ws, dense);
     return t.count;
   }
-  exec.for_chunks(plan.n, select_chunk, [dense](std::size_t begin, std::size_t end) {
-    std::fill(dense + begin, dense + end, 0.0f);
-  });
+  exec.for_chunks(plan.n, select_chunk,
+                  [dense](std::size_t begin, std::size_t end) { std::fill(dense + begin, dense + end, 0.0f); });
   if (t.from == source::zeros)
     each_with_zeros<Compensate>(g, e, staged, ws, t.ties, [dense](std::size_t i, float v) { dense[i] = v; });
   else
-    each_candidate(ws, t.key, t.ties, staged, [dense](std::size_t i, float v, bool keep) {
-      dense[i] = zero_if(!keep, v);
-    });
+    each_candidate(ws, t.key, t.ties, staged,
+                   [dense](std::size_t i, float v, bool keep) { dense[i] = zero_if(!keep, v); });
   return t.count;
 }
 
 }  // namespace detail
 
 namespace detail {
-inline void check_select(const char* who, const select_plan& plan, std::span<const float> g,
-                         std::span<const float> e, std::span<float> staged, const select_workspace& ws) {
-  BELLOWS_EXPECTS(g.size() == plan.n && (e.empty() || (e.size() == plan.n && staged.size() == plan.n)),
-                  who, ": a plan for ", plan.n, " elements, buffers of ", g.size(), ", ", e.size(),
-                  " and ", staged.size());
-  BELLOWS_EXPECTS(e.empty() || stream_aligned(staged.data()), who,
-                  ": `staged` must start at a multiple of 16 bytes");
+inline void check_select(const char* who, const select_plan& plan, std::span<const float> g, std::span<const float> e,
+                         std::span<float> staged, const select_workspace& ws) {
+  BELLOWS_EXPECTS(g.size() == plan.n && (e.empty() || (e.size() == plan.n && staged.size() == plan.n)), who,
+                  ": a plan for ", plan.n, " elements, buffers of ", g.size(), ", ", e.size(), " and ", staged.size());
+  BELLOWS_EXPECTS(e.empty() || stream_aligned(staged.data()), who, ": `staged` must start at a multiple of 16 bytes");
   BELLOWS_EXPECTS(ws.sample.size() >= plan.sample && ws.keys.size() >= ws.position.size() &&
                       ws.chunks.size() == (plan.n + select_chunk - 1) / select_chunk,
                   who, ": the workspace does not fit the plan");
@@ -626,24 +618,23 @@ inline void check_select(const char* who, const select_plan& plan, std::span<con
 /// of v is NaN or +-Inf; `staged` is then unspecified.
 template <class Arrays>
 [[nodiscard]] bool select_top(executor& exec, const select_plan& plan, const philox::stream& draw,
-                              std::span<const float> g, std::span<const float> e,
-                              std::span<float> staged, select_workspace& ws, Arrays&& arrays) {
+                              std::span<const float> g, std::span<const float> e, std::span<float> staged,
+                              select_workspace& ws, Arrays&& arrays) {
   detail::check_select("select_top", plan, g, e, staged, ws);
-  if (e.empty())
-    return detail::select_top<false>(exec, plan, draw, g.data(), nullptr, nullptr, ws, arrays);
+  if (e.empty()) return detail::select_top<false>(exec, plan, draw, g.data(), nullptr, nullptr, ws, arrays);
   return detail::select_top<true>(exec, plan, draw, g.data(), e.data(), staged.data(), ws, arrays);
 }
 
 /// The same selection written densely: dense[i] = v[i] where kept, 0 elsewhere (n floats), for
 /// averaging by a dense allreduce. Returns the count kept, or nothing (dense and staged then
 /// unspecified) when an element of v is NaN or +-Inf.
-[[nodiscard]] inline std::optional<std::size_t> select_top_dense(
-    executor& exec, const select_plan& plan, const philox::stream& draw, std::span<const float> g,
-    std::span<const float> e, std::span<float> staged, select_workspace& ws, std::span<float> dense) {
+[[nodiscard]] inline std::optional<std::size_t> select_top_dense(executor& exec, const select_plan& plan,
+                                                                 const philox::stream& draw, std::span<const float> g,
+                                                                 std::span<const float> e, std::span<float> staged,
+                                                                 select_workspace& ws, std::span<float> dense) {
   detail::check_select("select_top_dense", plan, g, e, staged, ws);
   BELLOWS_EXPECTS(dense.size() == plan.n, "select_top_dense: ", dense.size(), " floats for ", plan.n);
-  if (e.empty())
-    return detail::select_top_dense<false>(exec, plan, draw, g.data(), nullptr, nullptr, ws, dense.data());
+  if (e.empty()) return detail::select_top_dense<false>(exec, plan, draw, g.data(), nullptr, nullptr, ws, dense.data());
   return detail::select_top_dense<true>(exec, plan, draw, g.data(), e.data(), staged.data(), ws, dense.data());
 }
 

@@ -87,8 +87,8 @@ template <bool Memory>
 
 /// out[k] = sum_j (g[j] + e[j]) * q[k*ldq + j] for K columns of Q and one row of length m.
 template <std::size_t K, bool Memory>
-void dot_row(const float* g, const float* e, const float* q, std::size_t ldq, std::size_t m,
-             float* out, std::size_t out_stride) noexcept {
+void dot_row(const float* g, const float* e, const float* q, std::size_t ldq, std::size_t m, float* out,
+             std::size_t out_stride) noexcept {
   float acc[K][lane_width] = {};
   const std::size_t body = m / lane_width * lane_width;
   for (std::size_t j = 0; j < body; j += lane_width) {
@@ -98,8 +98,8 @@ void dot_row(const float* g, const float* e, const float* q, std::size_t ldq, st
 #if !defined(__CUDACC__)  // nvcc's front end rejects GCC's pragmas (a .cu file may include this)
     _Pragma("GCC unroll 8")
 #endif
-    for (std::size_t k = 0; k < K; ++k)
-      for (std::size_t l = 0; l < lane_width; ++l) acc[k][l] += x[l] * q[k * ldq + j + l];
+        for (std::size_t k = 0; k < K; ++k) for (std::size_t l = 0; l < lane_width; ++l) acc[k][l] +=
+        x[l] * q[k * ldq + j + l];
   }
   for (std::size_t k = 0; k < K; ++k) {
     const float* a = acc[k];
@@ -110,8 +110,8 @@ void dot_row(const float* g, const float* e, const float* q, std::size_t ldq, st
 }
 
 template <bool Memory>
-void project_rows_range(const compensated_matrix& M, std::span<const float> q, std::span<float> p,
-                        std::size_t rank, std::size_t lo, std::size_t hi) noexcept {
+void project_rows_range(const compensated_matrix& M, std::span<const float> q, std::span<float> p, std::size_t rank,
+                        std::size_t lo, std::size_t hi) noexcept {
   const std::size_t n = M.rows, m = M.cols;
   for (std::size_t i = lo; i < hi; ++i) {
     const float* g = M.g.data() + i * m;
@@ -148,8 +148,8 @@ inline void store_vector(float* p, const float_lanes& v) noexcept { std::memcpy(
 /// q[k][j] += sum over the R (1 or 2) rows of x_row[j] * p_row[k], for the K columns and the
 /// panel [j0, j1); the R products are summed, then added to the accumulator.
 template <std::size_t R, std::size_t K, bool Memory>
-void axpy_rows(const compensated_matrix& M, std::size_t i, const float* p, std::size_t n,
-               float* q, std::size_t j0, std::size_t j1) noexcept {
+void axpy_rows(const compensated_matrix& M, std::size_t i, const float* p, std::size_t n, float* q, std::size_t j0,
+               std::size_t j1) noexcept {
   const std::size_t m = M.cols;
   const float* g[R];
   const float* e[R];
@@ -195,8 +195,8 @@ void axpy_rows(const compensated_matrix& M, std::size_t i, const float* p, std::
 }
 
 template <std::size_t R, bool Memory>
-void axpy_rows_all_ranks(const compensated_matrix& M, std::size_t i, std::span<const float> p,
-                         std::span<float> q, std::size_t rank, std::size_t j0, std::size_t j1) noexcept {
+void axpy_rows_all_ranks(const compensated_matrix& M, std::size_t i, std::span<const float> p, std::span<float> q,
+                         std::size_t rank, std::size_t j0, std::size_t j1) noexcept {
   const std::size_t n = M.rows, m = M.cols;
   std::size_t k = 0;
   for (; k + rank_block <= rank; k += rank_block)
@@ -210,8 +210,8 @@ void axpy_rows_all_ranks(const compensated_matrix& M, std::size_t i, std::span<c
 }
 
 template <bool Memory>
-void project_cols_panel(const compensated_matrix& M, std::span<const float> p, std::span<float> q,
-                        std::size_t rank, std::size_t j0, std::size_t j1) noexcept {
+void project_cols_panel(const compensated_matrix& M, std::span<const float> p, std::span<float> q, std::size_t rank,
+                        std::size_t j0, std::size_t j1) noexcept {
   const std::size_t n = M.rows, m = M.cols;
   for (std::size_t k = 0; k < rank; ++k) std::fill(q.data() + k * m + j0, q.data() + k * m + j1, 0.0f);
   std::size_t i = 0;
@@ -221,8 +221,8 @@ void project_cols_panel(const compensated_matrix& M, std::span<const float> p, s
 
 /// One row of the reconstruction: o = sum_k p[k] * q[k][.], then e = (g + e) - o and g = o.
 template <bool Memory>
-void reconstruct_row(float* g, float* e, const float* p, std::size_t n, const float* q,
-                     std::size_t m, std::size_t rank) noexcept {
+void reconstruct_row(float* g, float* e, const float* p, std::size_t n, const float* q, std::size_t m,
+                     std::size_t rank) noexcept {
   const std::size_t body = m / lane_width * lane_width;
   for (std::size_t j = 0; j < body; j += lane_width) {
     float o[lane_width];
@@ -249,8 +249,7 @@ void reconstruct_row(float* g, float* e, const float* p, std::size_t n, const fl
 
 /// p = M q: p is n x r and q m x r, both column-major, r = q.size() / m. Reads M once when
 /// r <= 4 (larger ranks re-read each row from the cache, not from memory).
-inline void project_rows(executor& exec, const compensated_matrix& M, std::span<const float> q,
-                         std::span<float> p) {
+inline void project_rows(executor& exec, const compensated_matrix& M, std::span<const float> q, std::span<float> p) {
   const std::size_t rank = bellows::detail::checked_rank("project_rows", M, p.size(), q.size(), false);
   if (rank == 0) return;
   exec.for_chunks(M.rows, detail::rows_per_task(M.cols), [&](std::size_t lo, std::size_t hi) {
@@ -266,8 +265,7 @@ inline void project_rows(executor& exec, const compensated_matrix& M, std::span<
 /// q = M^T p: q is m x r and p n x r, both column-major, r = p.size() / n. Reads M once; each
 /// task owns a panel of columns of q and sums over all rows in order, so no partial sums cross
 /// tasks.
-inline void project_cols(executor& exec, const compensated_matrix& M, std::span<const float> p,
-                         std::span<float> q) {
+inline void project_cols(executor& exec, const compensated_matrix& M, std::span<const float> p, std::span<float> q) {
   const std::size_t rank = bellows::detail::checked_rank("project_cols", M, p.size(), q.size(), true);
   if (rank == 0) return;
   exec.for_chunks(M.cols, detail::panel_width(rank), [&](std::size_t j0, std::size_t j1) {
@@ -282,9 +280,8 @@ inline void project_cols(executor& exec, const compensated_matrix& M, std::span<
 
 /// The decompression of PowerSGD fused with its error update, in one pass over g and e:
 /// out = p q^T (r >= 1 columns each), then e = (g + e) - out when e is not empty, and g = out.
-inline void reconstruct_update(executor& exec, std::span<float> g, std::span<float> e,
-                               std::size_t rows, std::size_t cols, std::span<const float> p,
-                               std::span<const float> q) {
+inline void reconstruct_update(executor& exec, std::span<float> g, std::span<float> e, std::size_t rows,
+                               std::size_t cols, std::span<const float> p, std::span<const float> q) {
   const compensated_matrix M{g, e, rows, cols};
   const std::size_t rank = bellows::detail::checked_rank("reconstruct_update", M, p.size(), q.size(), false);
   if (rows == 0 || cols == 0) return;

@@ -100,8 +100,7 @@ inline bool any_non_finite(const float* x, std::size_t len) noexcept {
 #else
   const std::size_t body = 0;
 #endif
-  for (std::size_t i = body; i < len; ++i)
-    bad |= static_cast<std::uint32_t>(magnitude_key(x[i]) >= non_finite_key);
+  for (std::size_t i = body; i < len; ++i) bad |= static_cast<std::uint32_t>(magnitude_key(x[i]) >= non_finite_key);
   return bad != 0;
 }
 
@@ -109,10 +108,8 @@ inline bool any_non_finite(const float* x, std::size_t len) noexcept {
 
 /// acc[index[j]] += value[j] for ascending, distinct indices below acc.size().
 template <class Index>
-void scatter_add(executor& exec, std::span<float> acc, std::span<const Index> index,
-                 std::span<const float> value) {
-  BELLOWS_EXPECTS(value.size() == index.size(), "scatter_add: ", index.size(), " indices, ",
-                  value.size(), " values");
+void scatter_add(executor& exec, std::span<float> acc, std::span<const Index> index, std::span<const float> value) {
+  BELLOWS_EXPECTS(value.size() == index.size(), "scatter_add: ", index.size(), " indices, ", value.size(), " values");
   exec.for_chunks(index.size(), sparse_chunk, [&](std::size_t lo, std::size_t hi) {
     for (std::size_t j = lo; j < hi; ++j) acc[static_cast<std::size_t>(index[j])] += value[j];
   });
@@ -144,11 +141,11 @@ template <class Index>
 void scatter_average(executor& exec, std::span<float> out, std::span<const sparse_view<Index>> parts,
                      std::span<std::size_t> cursors) {
   const std::size_t w = parts.size(), n = out.size();
-  BELLOWS_EXPECTS(w >= 1 && cursors.size() >= scatter_average_cursors(w, n), "scatter_average: ", w,
-                  " parts with ", cursors.size(), " cursors for ", n, " elements");
+  BELLOWS_EXPECTS(w >= 1 && cursors.size() >= scatter_average_cursors(w, n), "scatter_average: ", w, " parts with ",
+                  cursors.size(), " cursors for ", n, " elements");
   for (const sparse_view<Index>& p : parts)
-    BELLOWS_EXPECTS(p.index.size() == p.value.size(), "scatter_average: ", p.index.size(), " indices, ",
-                    p.value.size(), " values");
+    BELLOWS_EXPECTS(p.index.size() == p.value.size(), "scatter_average: ", p.index.size(), " indices, ", p.value.size(),
+                    " values");
   if (w == 1) {  // the same sum, and x / 1 is x
     fill(exec, out, 0.0f);
     scatter_add(exec, out, parts[0].index, parts[0].value);

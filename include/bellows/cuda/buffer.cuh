@@ -20,8 +20,7 @@ public:
   device_buffer() = default;
   /// `count` elements of unspecified value.
   explicit device_buffer(std::size_t count) { allocate(count); }
-  device_buffer(device_buffer&& o) noexcept
-      : p_(std::exchange(o.p_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  device_buffer(device_buffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), size_(std::exchange(o.size_, 0)) {}
   device_buffer& operator=(device_buffer&& o) noexcept {
     std::swap(p_, o.p_);
     std::swap(size_, o.size_);

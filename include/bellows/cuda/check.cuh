@@ -13,7 +13,7 @@ namespace bellows::cuda {
 inline void check(cudaError_t status, const char* what, const char* file, int line) {
   if (status != cudaSuccess)
     bellows::fail<cuda_error>(file, ":", line, ": ", what, " failed: ", cudaGetErrorName(status), " (",
-                             cudaGetErrorString(status), ")");
+                              cudaGetErrorString(status), ")");
 }
 
 /// Number of CUDA devices this process can use; 0 when there is none or no driver (never throws,

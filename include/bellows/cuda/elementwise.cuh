@@ -23,9 +23,7 @@ namespace detail {
 inline constexpr unsigned elementwise_threads = 256;
 
 /// True for NaN and +-Inf (an exponent field of all ones).
-__device__ inline bool non_finite(float x) noexcept {
-  return (__float_as_uint(x) & 0x7F800000u) == 0x7F800000u;
-}
+__device__ inline bool non_finite(float x) noexcept { return (__float_as_uint(x) & 0x7F800000u) == 0x7F800000u; }
 
 /// out[i] = op(i) over a grid-stride loop.
 template <class Op>
@@ -116,9 +114,7 @@ inline void flag_to_float(executor& exec, const unsigned* flag, float* out) {
 }
 
 /// x[i] = value.
-inline void fill(executor& exec, std::span<float> x, float value) {
-  detail::map(exec, x, detail::constant_op{value});
-}
+inline void fill(executor& exec, std::span<float> x, float value) { detail::map(exec, x, detail::constant_op{value}); }
 
 /// x[i] = x[i] / d (division, as docs/spec.md#averages fixes it).
 inline void divide(executor& exec, std::span<float> x, float d) {
@@ -158,8 +154,8 @@ inline void subtract(executor& exec, std::span<float> out, std::span<const float
 
 /// Error feedback's compensation m = g + e (same lengths; m may alias g or e) in the pass that
 /// checks it: *flag (device memory) is set to 1 when an element of m is NaN or +-Inf.
-inline void compensate(executor& exec, std::span<float> m, std::span<const float> g,
-                       std::span<const float> e, unsigned* flag) {
+inline void compensate(executor& exec, std::span<float> m, std::span<const float> g, std::span<const float> e,
+                       unsigned* flag) {
   detail::same_lengths("compensate", m.size(), g.size());
   detail::same_lengths("compensate", g.size(), e.size());
   detail::map(exec, m, detail::compensate_op{g.data(), e.data(), flag});

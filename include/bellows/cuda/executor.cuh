@@ -88,8 +88,7 @@ public:
   /// bellows::error when it is too small.
   void reserve(std::size_t bytes) {
     if (bytes <= bytes_) return;
-    BELLOWS_EXPECTS(owned_, "cuda::executor: the caller's workspace holds ", bytes_, " bytes, ", bytes,
-                    " are needed");
+    BELLOWS_EXPECTS(owned_, "cuda::executor: the caller's workspace holds ", bytes_, " bytes, ", bytes, " are needed");
     void* grown = nullptr;
     BELLOWS_CUDA_CHECK(cudaMalloc(&grown, bytes));
     if (base_ != nullptr) {

@@ -45,8 +45,8 @@ __global__ void normals_kernel(float* out, std::size_t count, philox::stream s, 
 /// cpu::fill_normals on the device: out[t] = normal number first + t of stream s (see the
 /// file's comment for how closely the two agree). One launch on the executor's stream.
 inline void fill_normals(executor& exec, std::span<float> out, const philox::stream& s, std::uint64_t first) {
-  BELLOWS_EXPECTS(2 * (first + out.size()) <= philox::stream::max_words, "cuda::fill_normals: normals ", first,
-                  " .. ", first + out.size(), " overrun the stream");
+  BELLOWS_EXPECTS(2 * (first + out.size()) <= philox::stream::max_words, "cuda::fill_normals: normals ", first, " .. ",
+                  first + out.size(), " overrun the stream");
   if (out.empty()) return;
   detail::launch(&detail::normals_kernel, detail::stride_blocks(out.size() / 2 + 1), detail::elementwise_threads,
                  exec.stream(), out.data(), out.size(), s, first);

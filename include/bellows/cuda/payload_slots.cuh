@@ -87,7 +87,7 @@ public:
       bellows::fail<wire_error>(who, ": layer '", layer.name, "': the payload of rank ", r, ": ", e.what());
     }
     bellows::fail<error>(who, ": layer '", layer.name, "': the device found the payload of rank ", r,
-                        " malformed and the host's validation did not (a bug in bellows)");
+                         " malformed and the host's validation did not (a bug in bellows)");
   }
 
 private:

@@ -32,8 +32,7 @@ inline constexpr unsigned buckets_per_warp = 4;
 
 /// The scale of bucket [lo, hi) for the eight lanes 8q .. 8q + 7 of the calling warp (`lane8`
 /// = lane % 8; all 32 lanes call). Equal to cpu::detail::bucket_scale.
-__device__ inline float bucket_scale(const float* v, std::size_t lo, std::size_t hi, bucket_norm norm,
-                                     unsigned lane8) {
+__device__ inline float bucket_scale(const float* v, std::size_t lo, std::size_t hi, bucket_norm norm, unsigned lane8) {
   const unsigned base = threadIdx.x % 32 - lane8;
   if (norm == bucket_norm::max_abs) {
     std::uint32_t top = 0;
@@ -130,8 +129,8 @@ __device__ inline float decoded(const float* scales, const std::uint8_t* codes, 
 }
 
 template <unsigned Bits>
-__global__ void dequantize_kernel(const float* scales, const std::uint8_t* codes, std::size_t n,
-                                  std::size_t bucket, float* out, bool accumulate) {
+__global__ void dequantize_kernel(const float* scales, const std::uint8_t* codes, std::size_t n, std::size_t bucket,
+                                  float* out, bool accumulate) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
     const float value = decoded<Bits>(scales, codes, i, bucket);
@@ -144,9 +143,9 @@ __global__ void dequantize_kernel(const float* scales, const std::uint8_t* codes
 /// cpu::quantize_pack on the device (in, scales and codes in device memory): the same scales
 /// and code bytes for the same input and stream. Instead of returning whether every scale is
 /// finite, sets *non_finite (device memory) to 1 when one is not, and leaves it otherwise.
-inline void quantize_pack(executor& exec, std::span<const float> in, const code_layout& layout,
-                          bucket_norm norm, const philox::stream& rng, std::span<float> scales,
-                          std::span<std::uint8_t> codes, unsigned* non_finite) {
+inline void quantize_pack(executor& exec, std::span<const float> in, const code_layout& layout, bucket_norm norm,
+                          const philox::stream& rng, std::span<float> scales, std::span<std::uint8_t> codes,
+                          unsigned* non_finite) {
   bellows::detail::check_codes("cuda::quantize_pack", layout, in.size(), scales.size(), codes.size());
   BELLOWS_EXPECTS(in.size() / 4 < std::size_t{1} << 32, "cuda::quantize_pack: ", in.size(),
                   " elements overrun the 2^34-word Philox stream");

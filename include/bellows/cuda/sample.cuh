@@ -38,14 +38,14 @@ namespace bellows::cuda {
 /// The device memory of one draw, carved from the executor's workspace (so it lives until the
 /// next call that carves it again): construct it, call draw_sample, then gather_sample.
 struct sample_workspace {
-  std::uint32_t* chosen = nullptr;     ///< bitmap over [0, n), 32 indices a word
-  std::uint32_t* dropped = nullptr;    ///< bitmap over the ranks of S (plus one spare word)
-  std::uint32_t* count = nullptr;      ///< per word: members, then kept elements
-  std::uint32_t* rank = nullptr;       ///< per word: members of S before it
-  std::uint32_t* first = nullptr;      ///< per word: its first output position
-  std::uint32_t* distinct = nullptr;   ///< |S|
-  unsigned* non_finite = nullptr;      ///< 0 after draw_sample; gather_sample sets 1 for NaN or +-Inf in v
-  void* scan = nullptr;                ///< CUB's scratch for the scans
+  std::uint32_t* chosen = nullptr;    ///< bitmap over [0, n), 32 indices a word
+  std::uint32_t* dropped = nullptr;   ///< bitmap over the ranks of S (plus one spare word)
+  std::uint32_t* count = nullptr;     ///< per word: members, then kept elements
+  std::uint32_t* rank = nullptr;      ///< per word: members of S before it
+  std::uint32_t* first = nullptr;     ///< per word: its first output position
+  std::uint32_t* distinct = nullptr;  ///< |S|
+  unsigned* non_finite = nullptr;     ///< 0 after draw_sample; gather_sample sets 1 for NaN or +-Inf in v
+  void* scan = nullptr;               ///< CUB's scratch for the scans
   std::size_t scan_bytes = 0;
 
   sample_workspace() = default;
@@ -83,8 +83,8 @@ inline constexpr unsigned sample_threads = 256;
 /// Sets the bit of every index that slots [first, last) propose (step 2, 32-bit words) and
 /// adds the count of new ones to *distinct. One thread per Philox block.
 template <class Stream>
-__global__ void propose_kernel(Stream s, std::uint32_t n, std::uint64_t first, std::uint64_t last,
-                               std::uint32_t* bits, std::uint32_t* distinct) {
+__global__ void propose_kernel(Stream s, std::uint32_t n, std::uint64_t first, std::uint64_t last, std::uint32_t* bits,
+                               std::uint32_t* distinct) {
   const std::uint32_t reject_below = (0u - n) % n;
   const std::uint64_t block = first / 4 + blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x;
   unsigned fresh = 0;
@@ -199,8 +199,7 @@ __global__ void gather_kernel(const Word* bits, const std::uint32_t* first, std:
 }  // namespace detail
 
 /// Steps 2 to 4 (see cpu/sample.hpp): leaves the chosen set in `ws`, for gather_sample.
-inline void draw_sample(executor& exec, const sample_plan& plan, const philox::stream& s,
-                        sample_workspace& ws) {
+inline void draw_sample(executor& exec, const sample_plan& plan, const philox::stream& s, sample_workspace& ws) {
   cudaStream_t st = exec.stream();
   BELLOWS_CUDA_CHECK(cudaMemsetAsync(ws.non_finite, 0, sizeof(unsigned), st));  // an empty layer too
   if (plan.n == 0) return;
@@ -216,13 +215,12 @@ inline void draw_sample(executor& exec, const sample_plan& plan, const philox::s
   }
   detail::launch(&detail::popcount_kernel<std::uint32_t>, blocks_for(words, detail::sample_threads),
                  detail::sample_threads, st, ws.chosen, words, ws.count);
-  BELLOWS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(ws.scan, ws.scan_bytes, ws.count, ws.rank,
-                                                   static_cast<int>(words), st));
-  detail::launch(&detail::drop_kernel<std::uint32_t>, blocks_for(words, detail::sample_threads),
-                 detail::sample_threads, st, ws.chosen, words, plan.n, plan.complement, ws.rank, ws.dropped,
-                 ws.count);
-  BELLOWS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(ws.scan, ws.scan_bytes, ws.count, ws.first,
-                                                   static_cast<int>(words), st));
+  BELLOWS_CUDA_CHECK(
+      cub::DeviceScan::ExclusiveSum(ws.scan, ws.scan_bytes, ws.count, ws.rank, static_cast<int>(words), st));
+  detail::launch(&detail::drop_kernel<std::uint32_t>, blocks_for(words, detail::sample_threads), detail::sample_threads,
+                 st, ws.chosen, words, plan.n, plan.complement, ws.rank, ws.dropped, ws.count);
+  BELLOWS_CUDA_CHECK(
+      cub::DeviceScan::ExclusiveSum(ws.scan, ws.scan_bytes, ws.count, ws.first, static_cast<int>(words), st));
 }
 
 /// Step 5 with the values, as cpu::gather_sample: out receives the plan's k indices (ascending)
@@ -230,9 +228,9 @@ inline void draw_sample(executor& exec, const sample_plan& plan, const philox::s
 /// `staged` receives v with zeros at the kept indices. All spans are device memory. Instead of
 /// returning false, sets *ws.non_finite to 1 when an element of v is NaN or +-Inf (the caller
 /// reads it when it next synchronises).
-inline void gather_sample(executor& exec, const sample_plan& plan, sample_workspace& ws,
-                          std::span<const float> g, std::span<const float> e, std::span<float> staged,
-                          sparse_arrays<std::uint32_t> out, float scale = 1.0f) {
+inline void gather_sample(executor& exec, const sample_plan& plan, sample_workspace& ws, std::span<const float> g,
+                          std::span<const float> e, std::span<float> staged, sparse_arrays<std::uint32_t> out,
+                          float scale = 1.0f) {
   const std::size_t n = g.size();
   const bool compensate = !e.empty();
   BELLOWS_EXPECTS(n == plan.n && out.index.size() == plan.k && out.value.size() == plan.k &&

@@ -223,8 +223,8 @@ struct select_workspace {
   select_workspace() = default;
   /// Carves the pieces for `plan` (exact mode) from `a` (from executor::workspace()).
   select_workspace(const select_plan& plan, arena a) {
-    BELLOWS_EXPECTS(plan.n < std::size_t{1} << 31 && plan.max_count == plan.k, "cuda::select_workspace: ",
-                    plan.n, " elements, ", plan.k, " to ", plan.max_count,
+    BELLOWS_EXPECTS(plan.n < std::size_t{1} << 31 && plan.max_count == plan.k, "cuda::select_workspace: ", plan.n,
+                    " elements, ", plan.k, " to ", plan.max_count,
                     " kept; the device selects exactly k of fewer than 2^31");
     state = a.take<detail::select_state>(1);
     hist = a.take<std::uint32_t>(detail::select_bins);
@@ -232,8 +232,8 @@ struct select_workspace {
     selected = a.take<std::uint32_t>(1);
     non_finite = a.take<unsigned>(1);
     BELLOWS_CUDA_CHECK(cub::DeviceSelect::If(nullptr, cub_bytes, thrust::counting_iterator<std::uint32_t>(0),
-                                             static_cast<std::uint32_t*>(nullptr), selected,
-                                             static_cast<int>(plan.n), detail::keep_op{}));
+                                             static_cast<std::uint32_t*>(nullptr), selected, static_cast<int>(plan.n),
+                                             detail::keep_op{}));
     cub = a.take<std::byte>(cub_bytes);
     used = a.used();
   }
@@ -247,15 +247,14 @@ struct select_workspace {
 /// when `e` is not empty; with `e`, `staged` receives v with zeros at the kept indices. Instead
 /// of returning false, sets *ws.non_finite to 1 when an element of v is NaN or +-Inf (the
 /// output is then unspecified).
-inline void select_top(executor& exec, const select_plan& plan, std::span<const float> g,
-                       std::span<const float> e, std::span<float> staged, select_workspace& ws,
-                       sparse_arrays<std::uint32_t> out) {
+inline void select_top(executor& exec, const select_plan& plan, std::span<const float> g, std::span<const float> e,
+                       std::span<float> staged, select_workspace& ws, sparse_arrays<std::uint32_t> out) {
   const std::size_t n = g.size();
   const bool compensate = !e.empty();
   BELLOWS_EXPECTS(n == plan.n && out.index.size() == plan.k && out.value.size() == plan.k &&
                       (!compensate || (e.size() == n && staged.size() == n)),
-                  "cuda::select_top: a plan of ", plan.k, " of ", plan.n, " for buffers of ", n, ", ", e.size(),
-                  ", ", staged.size(), " and ", out.index.size(), " entries");
+                  "cuda::select_top: a plan of ", plan.k, " of ", plan.n, " for buffers of ", n, ", ", e.size(), ", ",
+                  staged.size(), " and ", out.index.size(), " entries");
   cudaStream_t st = exec.stream();
   BELLOWS_CUDA_CHECK(cudaMemsetAsync(ws.non_finite, 0, sizeof(unsigned), st));
   if (n == 0) return;
@@ -274,10 +273,9 @@ inline void select_top(executor& exec, const select_plan& plan, std::span<const 
                  ws.tile_ties);
   detail::launch(&detail::tie_locate_kernel<float>, 1u, detail::pick_threads, st, gp, ep, n, ws.tile_ties, ws.state);
   std::size_t cub_bytes = ws.cub_bytes;
-  BELLOWS_CUDA_CHECK(cub::DeviceSelect::If(ws.cub, cub_bytes, thrust::counting_iterator<std::uint32_t>(0),
-                                           out.index.data(), ws.selected, static_cast<int>(n),
-                                           detail::keep_op{gp, ep, compensate ? staged.data() : nullptr, ws.state, n},
-                                           st));
+  BELLOWS_CUDA_CHECK(cub::DeviceSelect::If(
+      ws.cub, cub_bytes, thrust::counting_iterator<std::uint32_t>(0), out.index.data(), ws.selected,
+      static_cast<int>(n), detail::keep_op{gp, ep, compensate ? staged.data() : nullptr, ws.state, n}, st));
   detail::launch(&detail::gather_values_kernel<float>, blocks_for(plan.k, detail::select_threads),
                  detail::select_threads, st, gp, ep, out.index.data(), plan.k, out.value.data());
 }

@@ -348,8 +348,7 @@ void with_rank_and_width(std::size_t k, unsigned v, const Launch& launch) {
 
 /// cpu::project_rows on the device: p = M q, p n x r and q m x r column-major, r = q.size() / m.
 /// Reads M once when r <= 4.
-inline void project_rows(executor& exec, const compensated_matrix& M, std::span<const float> q,
-                         std::span<float> p) {
+inline void project_rows(executor& exec, const compensated_matrix& M, std::span<const float> q, std::span<float> p) {
   const std::size_t rank = bellows::detail::checked_rank("cuda::project_rows", M, p.size(), q.size(), false);
   if (rank == 0) return;
   const std::size_t n = M.rows, m = M.cols;
@@ -370,15 +369,14 @@ inline void project_rows(executor& exec, const compensated_matrix& M, std::span<
 /// cpu::project_cols on the device: q = M^T p, q m x r and p n x r column-major, r = p.size() / n.
 /// Reads M once when r <= 4. Needs project_cols_workspace_bytes(n, m, r) of the executor's
 /// workspace.
-inline void project_cols(executor& exec, const compensated_matrix& M, std::span<const float> p,
-                         std::span<float> q) {
+inline void project_cols(executor& exec, const compensated_matrix& M, std::span<const float> p, std::span<float> q) {
   const std::size_t rank = bellows::detail::checked_rank("cuda::project_cols", M, p.size(), q.size(), true);
   if (rank == 0) return;
   const std::size_t n = M.rows, m = M.cols;
   const std::size_t need = project_cols_workspace_bytes(n, m, rank);
   BELLOWS_EXPECTS(need <= exec.workspace_bytes(), "cuda::project_cols: the workspace holds ", exec.workspace_bytes(),
-                  " bytes, a ", n, " x ", m, " matrix at rank ", rank,
-                  " needs ", need, " (reserve project_cols_workspace_bytes(rows, cols, rank))");
+                  " bytes, a ", n, " x ", m, " matrix at rank ", rank, " needs ", need,
+                  " (reserve project_cols_workspace_bytes(rows, cols, rank))");
   arena workspace = exec.workspace();
   float* sums = detail::carve_tile_sums(workspace, n, m, rank);  // not null when row_tiles > 1
   const float* e = detail::memory_of(M);

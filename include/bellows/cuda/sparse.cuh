@@ -29,12 +29,11 @@ __global__ void scatter_kernel(float* out, const Index* index, const float* valu
 
 inline void scatter(executor& exec, std::span<float> out, std::span<const std::uint32_t> index,
                     std::span<const float> value, bool add) {
-  BELLOWS_EXPECTS(value.size() == index.size(), "cuda::scatter: ", index.size(), " indices, ", value.size(),
-                  " values");
+  BELLOWS_EXPECTS(value.size() == index.size(), "cuda::scatter: ", index.size(), " indices, ", value.size(), " values");
   if (index.empty()) return;
   const unsigned blocks = std::min(blocks_for(index.size(), scatter_threads), 4096u);
-  launch(&scatter_kernel<std::uint32_t>, blocks, scatter_threads, exec.stream(), out.data(), index.data(),
-         value.data(), index.size(), add);
+  launch(&scatter_kernel<std::uint32_t>, blocks, scatter_threads, exec.stream(), out.data(), index.data(), value.data(),
+         index.size(), add);
 }
 
 }  // namespace detail

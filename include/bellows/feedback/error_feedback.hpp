@@ -36,8 +36,8 @@ public:
   /// Called when the trainer's learning rate changes from lr_old to lr_new: a `scaled` memory is
   /// multiplied by lr_old / lr_new, so it stands for the same parameter update; others ignore it.
   void rescale(cpu::executor& exec, float lr_old, float lr_new) {
-    BELLOWS_EXPECTS(lr_old > 0 && lr_new > 0, "error_memory: learning rates must be > 0, got ",
-                    lr_old, " and ", lr_new);
+    BELLOWS_EXPECTS(lr_old > 0 && lr_new > 0, "error_memory: learning rates must be > 0, got ", lr_old, " and ",
+                    lr_new);
     if (kind_ == feedback::scaled && lr_old != lr_new) cpu::scale(exec, e_, lr_old / lr_new);
   }
 
@@ -50,15 +50,14 @@ private:
 /// update with what this rank's compensated gradient became.
 class error_feedback {
 public:
-  explicit error_feedback(feedback kind, cpu::executor& exec = cpu::executor::shared())
-      : kind_(kind), exec_(&exec) {}
+  explicit error_feedback(feedback kind, cpu::executor& exec = cpu::executor::shared()) : kind_(kind), exec_(&exec) {}
 
   [[nodiscard]] feedback kind() const noexcept { return kind_; }
 
   /// Layers are added in id order 0, 1, 2, ...
   void add_layer(const layer_info& layer) {
-    BELLOWS_EXPECTS(layer.id == layers_.size(), "error_feedback: layer '", layer.name, "' has id ",
-                    layer.id, ", expected the next id ", layers_.size());
+    BELLOWS_EXPECTS(layer.id == layers_.size(), "error_feedback: layer '", layer.name, "' has id ", layer.id,
+                    ", expected the next id ", layers_.size());
     layers_.emplace_back(kind_, layer.size());
     names_.push_back(layer.name);
   }
@@ -73,8 +72,7 @@ public:
   void update(std::size_t id, std::span<const float> compensated, std::span<const float> contribution) {
     error_memory& m = checked(id, compensated.size());
     BELLOWS_EXPECTS(contribution.size() == compensated.size(), "error_feedback: layer '", names_[id],
-                    "': contribution of ", contribution.size(), " elements for ",
-                    compensated.size());
+                    "': contribution of ", contribution.size(), " elements for ", compensated.size());
     if (m.enabled()) cpu::subtract(*exec_, m.values(), compensated, contribution);
   }
 
@@ -93,8 +91,8 @@ private:
   error_memory& checked(std::size_t id, std::size_t n) {
     BELLOWS_EXPECTS(id < layers_.size(), "error_feedback: layer id ", id, " of ", layers_.size());
     error_memory& m = layers_[id];
-    BELLOWS_EXPECTS(!m.enabled() || n == m.values().size(), "error_feedback: layer '", names_[id],
-                    "' has ", m.values().size(), " elements, the buffer ", n);
+    BELLOWS_EXPECTS(!m.enabled() || n == m.values().size(), "error_feedback: layer '", names_[id], "' has ",
+                    m.values().size(), " elements, the buffer ", n);
     return m;
   }
 

@@ -29,16 +29,15 @@ inline void check_factor(const char* what, std::size_t have, std::size_t need) {
 
 /// Raises bellows::error, naming `what`, when g and e do not hold the matrix's elements.
 inline void check_matrix(const char* what, const compensated_matrix& M) {
-  BELLOWS_EXPECTS(M.g.size() == M.rows * M.cols && (M.e.empty() || M.e.size() == M.g.size()), what,
-                  ": a ", M.rows, " x ", M.cols, " matrix with g of ", M.g.size(), " and e of ",
-                  M.e.size(), " floats");
+  BELLOWS_EXPECTS(M.g.size() == M.rows * M.cols && (M.e.empty() || M.e.size() == M.g.size()), what, ": a ", M.rows,
+                  " x ", M.cols, " matrix with g of ", M.g.size(), " and e of ", M.e.size(), " floats");
 }
 
 /// Checks a product with M before it runs, raising bellows::error naming `what`: g and e hold the
 /// matrix, and the factors p (n x r, `p_size` floats) and q (m x r, `q_size` floats) have the same
 /// r columns, r counted in q (or in p when `rank_of_p`). Returns r; 0 for an empty matrix.
-inline std::size_t checked_rank(const char* what, const compensated_matrix& M, std::size_t p_size,
-                                std::size_t q_size, bool rank_of_p) {
+inline std::size_t checked_rank(const char* what, const compensated_matrix& M, std::size_t p_size, std::size_t q_size,
+                                bool rank_of_p) {
   check_matrix(what, M);
   if (M.rows == 0 || M.cols == 0) return 0;
   const std::size_t rank = rank_of_p ? p_size / M.rows : q_size / M.cols;

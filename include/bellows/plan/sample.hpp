@@ -29,9 +29,9 @@ BELLOWS_HD constexpr wide_product multiply_wide(std::uint64_t a, std::uint64_t b
 struct sample_plan {
   std::uint64_t n = 0;
   std::uint64_t k = 0;
-  std::uint64_t chosen = 0;    ///< j = min(k, n - k)
-  bool complement = false;     ///< k > n / 2: the chosen indices are the ones left out
-  std::uint64_t batch = 0;     ///< slots of the first round; later rounds take batch - chosen
+  std::uint64_t chosen = 0;  ///< j = min(k, n - k)
+  bool complement = false;   ///< k > n / 2: the chosen indices are the ones left out
+  std::uint64_t batch = 0;   ///< slots of the first round; later rounds take batch - chosen
 
   friend bool operator==(const sample_plan&, const sample_plan&) = default;
 };

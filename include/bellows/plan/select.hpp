@@ -37,8 +37,8 @@ struct select_plan {
 /// and, when k > n / 8, t_hi at rank floor(h - z sd) - 1. The workspace holds twice the
 /// expected candidates plus 1024.
 [[nodiscard]] inline select_plan plan_select(std::size_t n, std::size_t k, std::size_t max_count) {
-  BELLOWS_EXPECTS((k >= 1 || n == 0) && k <= max_count && max_count <= n, "plan_select: keeping ",
-                  k, " to ", max_count, " of ", n, " elements");
+  BELLOWS_EXPECTS((k >= 1 || n == 0) && k <= max_count && max_count <= n, "plan_select: keeping ", k, " to ", max_count,
+                  " of ", n, " elements");
   select_plan p{n, k, max_count, 0, 0, 0, 0};
   if (k == n) return p;
   p.sample = std::min(n, std::clamp<std::size_t>(n / 1024, 2048, 16384));
@@ -51,8 +51,8 @@ struct select_plan {
     const double upper = std::floor(hits - spread) - 1.0;
     p.upper_rank = upper >= 1.0 ? static_cast<std::size_t>(upper) : 0;
   }
-  const double band = static_cast<double>(p.lower_rank - p.upper_rank) * static_cast<double>(n) /
-                      static_cast<double>(p.sample);
+  const double band =
+      static_cast<double>(p.lower_rank - p.upper_rank) * static_cast<double>(n) / static_cast<double>(p.sample);
   p.capacity = std::min(n, 2 * static_cast<std::size_t>(std::ceil(band)) + 1024);
   return p;
 }

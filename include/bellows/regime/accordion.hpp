@@ -61,8 +61,8 @@ public:
 
   /// Registers the next layer (ids 0, 1, 2, ... in order), before the first end_epoch.
   void add_layer(const layer_info& layer, participation p = participation::included) {
-    BELLOWS_EXPECTS(layer.id == layers_.size(), "accordion: layer '", layer.name, "' has id ",
-                    layer.id, ", expected the next id ", layers_.size());
+    BELLOWS_EXPECTS(layer.id == layers_.size(), "accordion: layer '", layer.name, "' has id ", layer.id,
+                    ", expected the next id ", layers_.size());
     BELLOWS_EXPECTS(state_.epoch == 0, "accordion: layer '", layer.name,
                     "' registered after epoch 0 ended; register every layer before training");
     layers_.push_back(layer);
@@ -110,11 +110,9 @@ public:
   /// Returns one regime per layer, in force for the next epoch and identical on every rank.
   template <Collective C>
   std::span<const regime> end_epoch(std::size_t epoch, float lr, C& coll) {
-    BELLOWS_EXPECTS(epoch == state_.epoch, "accordion: end_epoch(", epoch, ") while epoch ",
-                    state_.epoch,
+    BELLOWS_EXPECTS(epoch == state_.epoch, "accordion: end_epoch(", epoch, ") while epoch ", state_.epoch,
                     " is in progress (epochs are numbered from 0 and each is ended once, in order)");
-    BELLOWS_EXPECTS(std::isfinite(lr) && lr > 0,
-                    "accordion: the learning rate must be a finite number > 0, got ", lr);
+    BELLOWS_EXPECTS(std::isfinite(lr) && lr > 0, "accordion: the learning rate must be a finite number > 0, got ", lr);
     if (check_epoch(epoch)) check(coll);
     // A learning-rate decay at this boundary: low compression everywhere until the next check.
     if (state_.lr > 0 && lr < state_.lr)
@@ -143,25 +141,21 @@ public:
   /// bellows::error naming the first layer or field that does not fit, and then changes nothing.
   void restore(accordion_state saved) {
     const std::size_t n = layers_.size();
-    BELLOWS_EXPECTS(saved.regimes.size() == n && saved.norm_prev.size() == n &&
-                        saved.steps.size() == n && saved.sums.size() == n,
-                    "accordion restore: the saved state has ", saved.regimes.size(), " regimes, ",
-                    saved.norm_prev.size(), " norms, ", saved.steps.size(), " step counts and ",
-                    saved.sums.size(), " sums for ", n, " registered layers");
-    BELLOWS_EXPECTS(std::isfinite(saved.lr) && saved.lr >= 0,
-                    "accordion restore: saved learning rate ", saved.lr);
+    BELLOWS_EXPECTS(
+        saved.regimes.size() == n && saved.norm_prev.size() == n && saved.steps.size() == n && saved.sums.size() == n,
+        "accordion restore: the saved state has ", saved.regimes.size(), " regimes, ", saved.norm_prev.size(),
+        " norms, ", saved.steps.size(), " step counts and ", saved.sums.size(), " sums for ", n, " registered layers");
+    BELLOWS_EXPECTS(std::isfinite(saved.lr) && saved.lr >= 0, "accordion restore: saved learning rate ", saved.lr);
     for (std::size_t id = 0; id < n; ++id) {
       const bool in = participation_[id] == participation::included;
       const regime r = saved.regimes[id];
-      BELLOWS_EXPECTS(r == regime::critical || r == regime::normal, "accordion restore: layer '",
-                      layers_[id].name, "': regime value ", static_cast<int>(r));
-      BELLOWS_EXPECTS(saved.sums[id].size() == (in ? layers_[id].size() : 0),
-                      "accordion restore: layer '", layers_[id].name, "' (",
-                      in ? "included" : "excluded", ", ", layers_[id].size(),
+      BELLOWS_EXPECTS(r == regime::critical || r == regime::normal, "accordion restore: layer '", layers_[id].name,
+                      "': regime value ", static_cast<int>(r));
+      BELLOWS_EXPECTS(saved.sums[id].size() == (in ? layers_[id].size() : 0), "accordion restore: layer '",
+                      layers_[id].name, "' (", in ? "included" : "excluded", ", ", layers_[id].size(),
                       " elements) has a saved sum of ", saved.sums[id].size(), " elements");
-      BELLOWS_EXPECTS(std::isfinite(saved.norm_prev[id]) && saved.norm_prev[id] >= 0,
-                      "accordion restore: layer '", layers_[id].name, "': saved norm ",
-                      saved.norm_prev[id]);
+      BELLOWS_EXPECTS(std::isfinite(saved.norm_prev[id]) && saved.norm_prev[id] >= 0, "accordion restore: layer '",
+                      layers_[id].name, "': saved norm ", saved.norm_prev[id]);
     }
     state_ = std::move(saved);
   }
@@ -204,20 +198,17 @@ public:
 private:
   static constexpr std::size_t agreement_header = 2 * sizeof(std::uint64_t) + sizeof(float);
 
-  [[nodiscard]] bool check_epoch(std::uint64_t epoch) const noexcept {
-    return epoch % params_.interval == 0;
-  }
+  [[nodiscard]] bool check_epoch(std::uint64_t epoch) const noexcept { return epoch % params_.interval == 0; }
 
   void check_id(std::size_t id) const {
-    BELLOWS_EXPECTS(id < layers_.size(), "accordion: layer id ", id, " of ", layers_.size(),
-                    " registered layers");
+    BELLOWS_EXPECTS(id < layers_.size(), "accordion: layer id ", id, " of ", layers_.size(), " registered layers");
   }
 
   void check_size(std::size_t id, std::span<const float> grad) const {
     check_id(id);
-    BELLOWS_EXPECTS(grad.size() == layers_[id].size(), "accordion: layer '", layers_[id].name,
-                    "' of shape ", layers_[id].shape.to_string(), " has ", layers_[id].size(),
-                    " elements, the gradient ", grad.size());
+    BELLOWS_EXPECTS(grad.size() == layers_[id].size(), "accordion: layer '", layers_[id].name, "' of shape ",
+                    layers_[id].shape.to_string(), " has ", layers_[id].size(), " elements, the gradient ",
+                    grad.size());
   }
 
   void accumulate(std::size_t id, std::span<const float> grad) {
@@ -270,12 +261,11 @@ private:
     coll.allgather(std::span<const std::byte>(mine_), gathered_);
     for (std::size_t r = 0; r < gathered_.blocks(); ++r) {
       const std::span<const std::byte> theirs = gathered_.block(r);
-      if (theirs.size() == mine_.size() && std::memcmp(theirs.data(), mine_.data(), mine_.size()) == 0)
-        continue;
-      fail("accordion: ranks disagree after epoch ", state_.epoch - 1, ": rank ", coll.rank(),
-                   " and rank ", r, " differ in ", first_difference(theirs),
-                   " (the collective returned different sums to different ranks, or the ranks "
-                   "registered different layers or passed different learning rates)");
+      if (theirs.size() == mine_.size() && std::memcmp(theirs.data(), mine_.data(), mine_.size()) == 0) continue;
+      fail("accordion: ranks disagree after epoch ", state_.epoch - 1, ": rank ", coll.rank(), " and rank ", r,
+           " differ in ", first_difference(theirs),
+           " (the collective returned different sums to different ranks, or the ranks "
+           "registered different layers or passed different learning rates)");
     }
   }
 
@@ -295,8 +285,7 @@ private:
   /// Names the first field in which another rank's agreement block differs from this rank's.
   [[nodiscard]] std::string first_difference(std::span<const std::byte> theirs) const {
     if (theirs.size() != mine_.size())
-      return detail::concat("layer count (a block of ", theirs.size(), " bytes, expected ",
-                            mine_.size(), ")");
+      return detail::concat("layer count (a block of ", theirs.size(), " bytes, expected ", mine_.size(), ")");
     const auto differs = [&](std::size_t at, std::size_t bytes) {
       return std::memcmp(theirs.data() + at, mine_.data() + at, bytes) != 0;
     };
@@ -323,8 +312,7 @@ private:
   gather_buffer gathered_;
 };
 
-static_assert(RegimeDetector<accordion, archetypes::collective>,
-              "accordion must model RegimeDetector");
+static_assert(RegimeDetector<accordion, archetypes::collective>, "accordion must model RegimeDetector");
 static_assert(LevelDetector<accordion> && ObservingDetector<accordion> && CheckpointedDetector<accordion>,
               "accordion must be a checkpointed, observing LevelDetector, as the Synchronizer uses it");
 
@@ -340,12 +328,8 @@ public:
     sizes_.validate();
   }
 
-  void add_layer(const layer_info& layer, participation p = participation::included) {
-    detector_.add_layer(layer, p);
-  }
-  step_status observe(std::size_t id, std::span<const float> grad) {
-    return detector_.observe(id, grad);
-  }
+  void add_layer(const layer_info& layer, participation p = participation::included) { detector_.add_layer(layer, p); }
+  step_status observe(std::size_t id, std::span<const float> grad) { return detector_.observe(id, grad); }
 
   /// Ends the epoch as accordion::end_epoch does; returns the batch size of the next epoch.
   template <Collective C>

@@ -27,8 +27,7 @@ struct accordion_params {
 
   /// Raises bellows::error naming the bad value.
   void validate() const {
-    BELLOWS_EXPECTS(std::isfinite(eta) && eta > 0, "accordion: eta must be a finite number > 0, got ",
-                    eta);
+    BELLOWS_EXPECTS(std::isfinite(eta) && eta > 0, "accordion: eta must be a finite number > 0, got ", eta);
     BELLOWS_EXPECTS(interval >= 1, "accordion: interval must be at least 1 epoch, got ", interval);
   }
 };

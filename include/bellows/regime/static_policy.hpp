@@ -25,8 +25,8 @@ public:
 
   /// Registers the next layer (ids 0, 1, 2, ... in order).
   void add_layer(const layer_info& layer, participation p = participation::included) {
-    BELLOWS_EXPECTS(layer.id == regimes_.size(), "static_policy: layer '", layer.name, "' has id ",
-                    layer.id, ", expected the next id ", regimes_.size());
+    BELLOWS_EXPECTS(layer.id == regimes_.size(), "static_policy: layer '", layer.name, "' has id ", layer.id,
+                    ", expected the next id ", regimes_.size());
     regimes_.push_back(p == participation::included ? always_ : regime::critical);
   }
 
@@ -59,8 +59,7 @@ public:
   void load(checkpoint_reader& r) const {
     std::vector<regime> saved(regimes_.size());
     r.get_array(std::span<regime>(saved), "static policy regimes");
-    if (saved != regimes_)
-      fail<wire_error>("static_policy: the checkpoint was saved with another static policy");
+    if (saved != regimes_) fail<wire_error>("static_policy: the checkpoint was saved with another static policy");
   }
 
 private:
@@ -68,8 +67,7 @@ private:
   std::vector<regime> regimes_;
 };
 
-static_assert(RegimeDetector<static_policy, archetypes::collective>,
-              "static_policy must model RegimeDetector");
+static_assert(RegimeDetector<static_policy, archetypes::collective>, "static_policy must model RegimeDetector");
 static_assert(LevelDetector<static_policy> && ObservingDetector<static_policy> && CheckpointedDetector<static_policy>,
               "static_policy must be a checkpointed, observing LevelDetector, as the Synchronizer uses it");
 

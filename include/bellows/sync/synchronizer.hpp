@@ -55,12 +55,12 @@ enum class level_change : std::uint8_t {
 struct layer_telemetry {
   std::string name;
   bellows::shape shape;
-  bool participates = true;          ///< takes part in regime detection (the compressor compresses it)
-  regime level = regime::critical;   ///< level in force: critical = low compression, normal = high
+  bool participates = true;         ///< takes part in regime detection (the compressor compresses it)
+  regime level = regime::critical;  ///< level in force: critical = low compression, normal = high
   step_status last_status = step_status::ok;
-  std::uint64_t steps = 0;           ///< steps that went through (status ok)
-  std::uint64_t skipped = 0;         ///< steps skipped as non_finite
-  traffic sent{};                    ///< accumulated over all steps
+  std::uint64_t steps = 0;                                    ///< steps that went through (status ok)
+  std::uint64_t skipped = 0;                                  ///< steps skipped as non_finite
+  traffic sent{};                                             ///< accumulated over all steps
   float grad_norm = std::numeric_limits<float>::quiet_NaN();  ///< last raw local ||g|| (if measured)
 };
 
@@ -106,12 +106,12 @@ public:
   /// ranks of the compressed contributions. A collective call. Returns one status per layer.
   template <Collective Coll>
   std::span<const step_status> step(std::span<const std::span<float>> grads, Coll& coll) {
-    BELLOWS_EXPECTS(grads.size() == layers_.size(), "synchronizer: step got ", grads.size(),
-                    " gradients for ", layers_.size(), " registered layers");
+    BELLOWS_EXPECTS(grads.size() == layers_.size(), "synchronizer: step got ", grads.size(), " gradients for ",
+                    layers_.size(), " registered layers");
     for (std::size_t id = 0; id < layers_.size(); ++id)
-      BELLOWS_EXPECTS(grads[id].size() == layers_[id].size(), "synchronizer: layer '",
-                      layers_[id].name, "' of shape ", layers_[id].shape.to_string(), " has ",
-                      layers_[id].size(), " elements, its gradient ", grads[id].size());
+      BELLOWS_EXPECTS(grads[id].size() == layers_[id].size(), "synchronizer: layer '", layers_[id].name, "' of shape ",
+                      layers_[id].shape.to_string(), " has ", layers_[id].size(), " elements, its gradient ",
+                      grads[id].size());
     if (steps_ == 0) verify_layers(coll);
     statuses_.resize(layers_.size());
     const bool observe = observing_any();
@@ -181,9 +181,12 @@ public:
   [[nodiscard]] const state_type& state(std::size_t id) const { return states_.at(id); }
 
   /// The whole state (compressor states, detector, counters, telemetry) as checkpoint bytes.
+  // (clang-format-14 would join the requires clause to the declaration)
+  // clang-format off
   [[nodiscard]] std::vector<std::byte> checkpoint() const
     requires CheckpointedCompressor<C> && CheckpointedDetector<D>
   {
+    // clang-format on
     checkpoint_writer w;
     w.put(file_magic);
     w.put(file_version);
@@ -218,16 +221,18 @@ public:
 
   /// Restores checkpoint() bytes. They are validated completely first: bytes of another version,
   /// for other layers, or truncated raise bellows::wire_error and change nothing.
+  // (clang-format-14 would join the requires clause to the declaration)
+  // clang-format off
   void restore(std::span<const std::byte> bytes)
     requires CheckpointedCompressor<C> && CheckpointedDetector<D>
   {
+    // clang-format on
     checkpoint_reader r(bytes);
     if (r.get<std::uint32_t>("magic") != file_magic)
       fail<wire_error>("synchronizer: not a bellows checkpoint (bad magic)");
     const auto version = r.get<std::uint32_t>("version");
     if (version != file_version && version != 2)
-      fail<wire_error>("synchronizer: checkpoint version ", version, ", this build reads 2 and ",
-                               file_version);
+      fail<wire_error>("synchronizer: checkpoint version ", version, ", this build reads 2 and ", file_version);
     if (r.get<std::uint64_t>("layer hash") != hash_ || r.get<std::uint64_t>("layer count") != layers_.size())
       fail<wire_error>("synchronizer: checkpoint saved for other layers (names or shapes differ)");
     // Restore into copies, and commit only when everything has been read.
@@ -241,7 +246,7 @@ public:
       if (c != level_change::keep && c != level_change::reset)
         fail<wire_error>("synchronizer: checkpoint holds an invalid level change");
       fail<wire_error>("synchronizer: checkpoint saved with level change '", to_string(c),
-                               "', this synchronizer is set to '", to_string(level_change_), "'");
+                       "', this synchronizer is set to '", to_string(level_change_), "'");
     }
     for (std::size_t id = 0; id < layers_.size(); ++id) {
       layer_telemetry& t = telemetry[id];
@@ -260,7 +265,7 @@ public:
     if constexpr (requires { detector.state().epoch; })
       if (detector.state().epoch != epoch)
         fail<wire_error>("synchronizer: checkpoint of epoch ", epoch, " holds a detector at epoch ",
-                                 detector.state().epoch);
+                         detector.state().epoch);
     telemetry_ = std::move(telemetry);
     states_ = std::move(states);
     detector_ = std::move(detector);
@@ -288,8 +293,7 @@ private:
   /// flags_[id] = 1 where any rank's gradient of layer id is non-finite.
   template <Collective Coll>
   void agree_finite(std::span<const std::span<float>> grads, Coll& coll) {
-    for (std::size_t id = 0; id < layers_.size(); ++id)
-      flags_[id] = cpu::all_finite(*exec_, grads[id]) ? 0.0f : 1.0f;
+    for (std::size_t id = 0; id < layers_.size(); ++id) flags_[id] = cpu::all_finite(*exec_, grads[id]) ? 0.0f : 1.0f;
     coll.allreduce_sum(flags_);
   }
 
@@ -316,8 +320,8 @@ private:
     for (int b = 0; b < 8; ++b)
       if (double{sums[b]} * sums[b] != w * sums[8 + b])
         fail("synchronizer: the ranks registered different layers (names, shapes or order "
-                     "differ); this rank has ", layers_.size(), " layers, the last '",
-                     layers_.empty() ? std::string() : layers_.back().name, "'");
+             "differ); this rank has ",
+             layers_.size(), " layers, the last '", layers_.empty() ? std::string() : layers_.back().name, "'");
   }
 
   /// FNV-1a over a layer's name and dimensions, chained.

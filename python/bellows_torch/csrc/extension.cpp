@@ -43,16 +43,14 @@ namespace py = pybind11;
 /// block sizes first, then blocks padded to the largest.
 class process_group_collective {
 public:
-  explicit process_group_collective(c10::intrusive_ptr<c10d::ProcessGroup> group)
-      : group_(std::move(group)) {}
+  explicit process_group_collective(c10::intrusive_ptr<c10d::ProcessGroup> group) : group_(std::move(group)) {}
 
   [[nodiscard]] std::size_t rank() const { return static_cast<std::size_t>(group_->getRank()); }
   [[nodiscard]] std::size_t size() const { return static_cast<std::size_t>(group_->getSize()); }
 
   void allreduce_sum(std::span<float> v) {
     if (v.empty()) return;
-    std::vector<at::Tensor> tensors{
-        at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kFloat)};
+    std::vector<at::Tensor> tensors{at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kFloat)};
     group_->allreduce(tensors)->wait();
   }
 
@@ -84,8 +82,7 @@ private:
   std::vector<std::size_t> sizes_;
 };
 
-static_assert(bellows::Collective<process_group_collective>,
-              "the process group adapter must model Collective");
+static_assert(bellows::Collective<process_group_collective>, "the process group adapter must model Collective");
 
 /// What the Python State passes down: the compressor family, its two levels, the policy.
 struct hook_config {
@@ -95,9 +92,9 @@ struct hook_config {
   bool accordion = false;           ///< false: `low` always
   float eta = 0.5f;
   std::size_t interval = 10;
-  std::string feedback = "default"; ///< default (the family's), residual or none
+  std::string feedback = "default";  ///< default (the family's), residual or none
   std::uint64_t seed = 0;
-  unsigned threads = 1;             ///< threads of the executor the compressors use
+  unsigned threads = 1;  ///< threads of the executor the compressors use
   float min_compression_rate = 2.0f;
   bool warm_start = true;
 };
@@ -138,8 +135,7 @@ struct layer_runner {
 template <class C, class D>
 class runner final : public layer_runner {
 public:
-  runner(C low, C high, D detector, bellows::cpu::executor& exec, const std::string& name,
-         const bellows::shape& shape)
+  runner(C low, C high, D detector, bellows::cpu::executor& exec, const std::string& name, const bellows::shape& shape)
       : sync_(std::move(low), std::move(high), std::move(detector), exec) {
     sync_.add_layer(name, shape);
   }
@@ -154,7 +150,10 @@ public:
   [[nodiscard]] bellows::layer_telemetry telemetry() const override { return sync_.telemetry()[0]; }
   [[nodiscard]] std::vector<float> query(std::size_t& columns) const override {
     columns = 0;
-    if constexpr (requires(const typename C::state& s) { s.query; s.rank; }) {
+    if constexpr (requires(const typename C::state& s) {
+                    s.query;
+                    s.rank;
+                  }) {
       const auto& st = sync_.state(0);
       columns = st.rank;
       return {st.query.begin(), st.query.begin() + static_cast<std::ptrdiff_t>(st.rank * st.cols)};
@@ -176,8 +175,8 @@ std::unique_ptr<layer_runner> with_detector(const hook_config& cfg, C low, C hig
     p.eta = cfg.eta;
     p.interval = cfg.interval;
     p.validate();
-    return std::make_unique<runner<C, bellows::accordion>>(
-        std::move(low), std::move(high), bellows::accordion(p, exec), exec, name, shape);
+    return std::make_unique<runner<C, bellows::accordion>>(std::move(low), std::move(high), bellows::accordion(p, exec),
+                                                           exec, name, shape);
   }
   return std::make_unique<runner<C, bellows::static_policy>>(
       std::move(low), std::move(high), bellows::static_policy(bellows::regime::critical), exec, name, shape);
@@ -194,20 +193,20 @@ Params sparse_params(const hook_config& cfg, double ratio, std::uint64_t seed) {
 }
 
 /// The synchronizer of one parameter for a configuration; the hook and reference() both use it.
-std::unique_ptr<layer_runner> make_runner(const hook_config& cfg, bellows::cpu::executor& exec,
-                                          const std::string& name, const bellows::shape& shape) {
+std::unique_ptr<layer_runner> make_runner(const hook_config& cfg, bellows::cpu::executor& exec, const std::string& name,
+                                          const bellows::shape& shape) {
   const std::uint64_t seed = layer_seed(cfg.seed, name);
   const double high = cfg.accordion ? cfg.high : cfg.low;
   if (cfg.family == "identity")
     return with_detector(cfg, bellows::identity<>(exec), bellows::identity<>(exec), exec, name, shape);
   if (cfg.family == "topk")
     return with_detector(cfg, bellows::topk<>(sparse_params<bellows::topk_params>(cfg, cfg.low, seed), exec),
-                         bellows::topk<>(sparse_params<bellows::topk_params>(cfg, high, seed), exec),
-                         exec, name, shape);
+                         bellows::topk<>(sparse_params<bellows::topk_params>(cfg, high, seed), exec), exec, name,
+                         shape);
   if (cfg.family == "randk")
     return with_detector(cfg, bellows::randk<>(sparse_params<bellows::randk_params>(cfg, cfg.low, seed), exec),
-                         bellows::randk<>(sparse_params<bellows::randk_params>(cfg, high, seed), exec),
-                         exec, name, shape);
+                         bellows::randk<>(sparse_params<bellows::randk_params>(cfg, high, seed), exec), exec, name,
+                         shape);
   if (cfg.family == "powersgd") {
     auto make = [&](double rank) {
       BELLOWS_EXPECTS(rank >= 1 && rank == static_cast<double>(static_cast<std::size_t>(rank)),
@@ -220,8 +219,8 @@ std::unique_ptr<layer_runner> make_runner(const hook_config& cfg, bellows::cpu::
       set_feedback(p, cfg.feedback);
       return p;
     };
-    return with_detector(cfg, bellows::powersgd<>(make(cfg.low), exec),
-                         bellows::powersgd<>(make(high), exec), exec, name, shape);
+    return with_detector(cfg, bellows::powersgd<>(make(cfg.low), exec), bellows::powersgd<>(make(high), exec), exec,
+                         name, shape);
   }
   if (cfg.family == "qsgd") {
     auto make = [&](double bits) {
@@ -232,11 +231,10 @@ std::unique_ptr<layer_runner> make_runner(const hook_config& cfg, bellows::cpu::
       set_feedback(p, cfg.feedback);
       return p;
     };
-    return with_detector(cfg, bellows::qsgd<>(make(cfg.low), exec), bellows::qsgd<>(make(high), exec),
-                         exec, name, shape);
+    return with_detector(cfg, bellows::qsgd<>(make(cfg.low), exec), bellows::qsgd<>(make(high), exec), exec, name,
+                         shape);
   }
-  bellows::fail("bellows_torch: unknown compressor '", cfg.family,
-                        "' (identity, topk, randk, powersgd or qsgd)");
+  bellows::fail("bellows_torch: unknown compressor '", cfg.family, "' (identity, topk, randk, powersgd or qsgd)");
 }
 
 bellows::shape shape_of(at::IntArrayRef sizes) {
@@ -274,8 +272,8 @@ public:
                   "; this build averages CPU tensors only");
       TORCH_CHECK(g.is_contiguous(), "bellows_torch: the gradient of '", names[j], "' is not contiguous");
       const at::ScalarType t = g.scalar_type();
-      TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf, "bellows_torch: the gradient of '",
-                  names[j], "' is ", t, "; float32, bfloat16 and float16 are averaged");
+      TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf, "bellows_torch: the gradient of '", names[j],
+                  "' is ", t, "; float32, bfloat16 and float16 are averaged");
       entry& e = entry_of(names[j], g.sizes());
       const auto n = static_cast<std::size_t>(g.numel());
       if (t == at::kFloat) {
@@ -397,8 +395,8 @@ std::vector<std::vector<at::Tensor>> reference(const hook_config& cfg, const std
                                                const std::vector<float>& end_epoch_lr) {
   const std::size_t w = inputs.size();
   TORCH_CHECK(w >= 1, "bellows_torch.reference: no ranks");
-  TORCH_CHECK(names.size() == shapes.size(), "bellows_torch.reference: ", names.size(), " names for ",
-              shapes.size(), " shapes");
+  TORCH_CHECK(names.size() == shapes.size(), "bellows_torch.reference: ", names.size(), " names for ", shapes.size(),
+              " shapes");
   std::vector<bellows::shape> layer_shapes;
   std::int64_t total = 0;
   for (const auto& s : shapes) {
@@ -408,8 +406,8 @@ std::vector<std::vector<at::Tensor>> reference(const hook_config& cfg, const std
   std::vector<std::vector<at::Tensor>> outputs(w);
   for (std::size_t r = 0; r < w; ++r)
     for (const at::Tensor& t : inputs[r]) {
-      TORCH_CHECK(t.numel() == total, "bellows_torch.reference: an input has ", t.numel(),
-                  " elements, the layers ", total);
+      TORCH_CHECK(t.numel() == total, "bellows_torch.reference: an input has ", t.numel(), " elements, the layers ",
+                  total);
       outputs[r].push_back(t.to(at::kFloat).contiguous().clone());
     }
   py::gil_scoped_release unlocked;

@@ -21,8 +21,8 @@ namespace bellows::detail {
 /// rank order from 0.0f, of the decoded blocks: the codec's one-pass kernel. `parts` is resized
 /// to W (no allocation once it has held W).
 template <Collective Coll, class Part, class Read, class Average>
-step_status gather_average(std::span<const std::byte> mine, std::span<float> out, Coll& coll,
-                           gather_buffer& gathered, std::vector<Part>& parts, Read&& read, Average&& average) {
+step_status gather_average(std::span<const std::byte> mine, std::span<float> out, Coll& coll, gather_buffer& gathered,
+                           std::vector<Part>& parts, Read&& read, Average&& average) {
   coll.allgather(mine, gathered);
   parts.resize(gathered.blocks());
   bool flagged = false;

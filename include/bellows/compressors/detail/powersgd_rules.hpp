@@ -31,8 +31,7 @@ inline void check_powersgd_params(const powersgd_params& params) {
                   "powersgd: min_compression_rate must be a finite number > 0, got ", params.min_compression_rate);
   BELLOWS_EXPECTS(params.orthogonalization_eps >= 0.0f &&
                       params.orthogonalization_eps <= std::numeric_limits<float>::max(),
-                  "powersgd: orthogonalization_eps must be a finite number >= 0, got ",
-                  params.orthogonalization_eps);
+                  "powersgd: orthogonalization_eps must be a finite number >= 0, got ", params.orthogonalization_eps);
 }
 
 /// r' for a layer at rank r, or 0 when the layer is not worth compressing at that rank:
@@ -126,9 +125,7 @@ public:
   }
 
   /// How the compressor exchanges a compressed layer; see aggregation(state) for one layer.
-  [[nodiscard]] bellows::aggregation aggregation() const noexcept {
-    return bellows::aggregation::allreduce_two_round;
-  }
+  [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allreduce_two_round; }
   /// How this layer is exchanged: two allreduces when compressed, else one.
   [[nodiscard]] bellows::aggregation aggregation(const powersgd_layer& st) const noexcept {
     return st.compressed() ? bellows::aggregation::allreduce_two_round : bellows::aggregation::allreduce;

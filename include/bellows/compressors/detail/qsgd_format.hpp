@@ -77,9 +77,7 @@ public:
   }
 
   /// What one rank sends for a layer of n elements.
-  [[nodiscard]] traffic sent(std::size_t n) const {
-    return {payload_bytes(n), layout(n).buckets() + n, n};
-  }
+  [[nodiscard]] traffic sent(std::size_t n) const { return {payload_bytes(n), layout(n).buckets() + n, n}; }
 
   /// Validates a payload completely (header against the layer and these parameters, array
   /// sizes, padding, the unused bits of the last code byte, and, unless flagged, every scale

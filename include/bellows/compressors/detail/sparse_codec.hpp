@@ -38,8 +38,8 @@ namespace bellows::detail {
 /// ratio written in decimal gives the k of that decimal (0.07 of 100 elements is 7, though the
 /// double nearest 0.07 exceeds it). Raises bellows::error naming the layer and the value for a
 /// negative count or a ratio outside (0, 1].
-[[nodiscard]] inline std::size_t kept_count(std::string_view who, const layer_info& layer,
-                                            double ratio, std::int64_t count) {
+[[nodiscard]] inline std::size_t kept_count(std::string_view who, const layer_info& layer, double ratio,
+                                            std::int64_t count) {
   const std::size_t n = layer.size();
   BELLOWS_EXPECTS(count >= 0, who, ": layer '", layer.name, "': k must not be negative, got ", count);
   BELLOWS_EXPECTS(count > 0 || (ratio > 0 && ratio <= 1), who, ": layer '", layer.name,
@@ -66,8 +66,8 @@ namespace bellows::detail {
 /// Bytes of a sparse payload of `count` entries for a layer of n elements; bellows::error when
 /// that does not fit std::size_t.
 [[nodiscard]] constexpr std::size_t sparse_payload_bytes(std::uint64_t n, std::size_t count) {
-  const std::size_t indices = wide_indices(n) ? wire::array_end<std::uint64_t>(0, count)
-                                              : wire::array_end<std::uint32_t>(0, count);
+  const std::size_t indices =
+      wide_indices(n) ? wire::array_end<std::uint64_t>(0, count) : wire::array_end<std::uint32_t>(0, count);
   return wire::payload_bytes(wire::array_end<float>(indices, count));
 }
 
@@ -76,8 +76,8 @@ namespace bellows::detail {
 /// over the payload's arrays for it to fill. `select` returns false for non-finite input
 /// (whether or not it called begin), and the payload is then flagged non-finite with no entries.
 template <template <class> class Arrays, class Select>
-[[nodiscard]] std::span<std::byte> write_sparse(std::span<std::byte> out, wire::codec codec,
-                                                std::uint64_t n, Select&& select) {
+[[nodiscard]] std::span<std::byte> write_sparse(std::span<std::byte> out, wire::codec codec, std::uint64_t n,
+                                                Select&& select) {
   wire::header h{};
   h.codec = codec;
   h.n = n;
@@ -123,21 +123,19 @@ struct sparse_entries {
   const std::uint64_t n = layer.size();
   const bool wide = (h.flags & wire::flag::index64) != 0;
   if (h.n != n || h.param != 0 || wide != wide_indices(n))
-    fail<wire_error>(name, ": payload for ", h.n, " elements (param ", h.param, ", ",
-                     wide ? 64 : 32, "-bit indices) where layer '", layer.name, "' has ", n);
+    fail<wire_error>(name, ": payload for ", h.n, " elements (param ", h.param, ", ", wide ? 64 : 32,
+                     "-bit indices) where layer '", layer.name, "' has ", n);
   if (h.flags & wire::flag::non_finite) {
     if (h.count != 0)
-      fail<wire_error>(name, ": payload flagged non-finite carries ", h.count,
-                       " entries for layer '", layer.name, "'");
+      fail<wire_error>(name, ": payload flagged non-finite carries ", h.count, " entries for layer '", layer.name, "'");
     r.finish();
     return {step_status::non_finite, {}, {}, {}};
   }
   if (h.count < min_count || h.count > max_count) {
     if (min_count == max_count)
-      fail<wire_error>(name, ": payload of ", h.count, " entries where layer '", layer.name,
-                       "' expects ", min_count);
-    fail<wire_error>(name, ": payload of ", h.count, " entries where layer '", layer.name,
-                     "' expects ", min_count, " to ", max_count);
+      fail<wire_error>(name, ": payload of ", h.count, " entries where layer '", layer.name, "' expects ", min_count);
+    fail<wire_error>(name, ": payload of ", h.count, " entries where layer '", layer.name, "' expects ", min_count,
+                     " to ", max_count);
   }
   sparse_entries e;
   auto check = [&](auto index) {
@@ -162,8 +160,8 @@ struct sparse_entries {
   }
   for (std::size_t j = 0; j < e.value.size(); ++j)
     if (!std::isfinite(e.value[j]))
-      fail<wire_error>(name, ": entry ", j, " of layer '", layer.name, "' has the non-finite value ",
-                       e.value[j], " in a payload not flagged non-finite");
+      fail<wire_error>(name, ": entry ", j, " of layer '", layer.name, "' has the non-finite value ", e.value[j],
+                       " in a payload not flagged non-finite");
   return e;
 }
 
@@ -224,17 +222,19 @@ public:
   /// m = grad + e, writes the next error memory aside, and returns this rank's payload (held by
   /// the state until the next stage). Changes neither the memory nor the step counter. Once
   /// every rank's payload validated without non_finite, call commit.
+  // (clang-format-14 would join the requires clause to the declaration)
+  // clang-format off
   template <class State>
     requires state_of<State, Derived>
   std::span<const std::byte> stage(State& st, std::span<const float> grad, std::size_t rank = 0) const {
+    // clang-format on
     derived().fit(st);
     check_size(st, grad.size());
     const bool feedback = st.memory.enabled();
     st.payload_.resize((max_payload_bytes(st) + 7) / 8);
     const std::span<const std::byte> payload = derived().write(
         st, grad, feedback ? std::span<const float>(st.memory.values()) : std::span<const float>{},
-        feedback ? st.staged_.values() : std::span<float>{}, std::as_writable_bytes(std::span(st.payload_)),
-        rank);
+        feedback ? st.staged_.values() : std::span<float>{}, std::as_writable_bytes(std::span(st.payload_)), rank);
     st.payload_bytes_ = payload.size();
     st.pending_ = (header_of(payload).flags & wire::flag::non_finite) == 0;
     return payload;
@@ -261,8 +261,8 @@ public:
 
   template <class State>
     requires state_of<State, Derived>
-  [[nodiscard]] std::span<std::byte> encode(State& st, std::span<const float> in,
-                                            std::span<std::byte> out, std::size_t rank = 0) const {
+  [[nodiscard]] std::span<std::byte> encode(State& st, std::span<const float> in, std::span<std::byte> out,
+                                            std::size_t rank = 0) const {
     derived().fit(st);
     check_size(st, in.size());
     return derived().write(st, in, {}, {}, out, rank);
@@ -292,9 +292,7 @@ public:
   /// Checkpoint of a layer's state: its step counter and error memory.
   template <class State>
     requires state_of<State, Derived>
-  void save(const State& st, checkpoint_writer& out) const {
-    write_step_record(out, st.step, st.memory.values());
-  }
+  void save(const State& st, checkpoint_writer& out) const { write_step_record(out, st.step, st.memory.values()); }
   template <class State>
     requires state_of<State, Derived>
   void load(State& st, checkpoint_reader& in) const {
@@ -310,10 +308,9 @@ protected:
   static void fit_memory(sparse_state& st, feedback kind) {
     const std::size_t n = st.layer.size();
     if (st.memory.kind() == kind && st.memory.values().size() == (kind == feedback::none ? 0 : n)) return;
-    BELLOWS_EXPECTS(st.step == 0 && st.memory.kind() == feedback::none && st.memory.values().empty(),
-                    Derived::name, ": layer '", st.layer.name, "' has a state made with feedback ",
-                    to_string(st.memory.kind()), ", used by a compressor with feedback ",
-                    to_string(kind));
+    BELLOWS_EXPECTS(st.step == 0 && st.memory.kind() == feedback::none && st.memory.values().empty(), Derived::name,
+                    ": layer '", st.layer.name, "' has a state made with feedback ", to_string(st.memory.kind()),
+                    ", used by a compressor with feedback ", to_string(kind));
     st.memory = error_memory(kind, n);
     st.staged_ = error_memory(kind, n);
   }
