@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs what is missing (Debian 12 packages), configures, builds and runs every test, then
+# Installs what is missing (Debian 12 packages), checks the formatting of the C++ and CUDA sources
+# (scripts/format.sh --check), configures, builds and runs every test, then
 # the CPU tests again under AddressSanitizer + UndefinedBehaviorSanitizer, the threaded tests
 # (collectives, executor, synchronizer) under ThreadSanitizer, and a short fuzzing run of every
 # decoder of untrusted bytes. CUDA code is compiled when nvcc exists (its tests skip without a
