@@ -121,7 +121,7 @@ struct lock_free_result {
         const std::span<const std::byte> payload = comp.stage(st, g);
         BELLOWS_EXPECTS(comp.validate(st, payload) == bellows::step_status::ok, "memsgd: thread ", rank,
                         ": non-finite gradient at step ", t);
-        bellows::wire::reader entries(payload, bellows::wire::codec::topk);
+        bellows::wire::reader entries(payload, bellows::topk_method::codec);
         const std::uint64_t count = entries.head().count;
         const std::span<const std::uint32_t> index = entries.array<std::uint32_t>(count);
         const std::span<const float> value = entries.array<float>(count);

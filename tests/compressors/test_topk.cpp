@@ -391,7 +391,7 @@ TEST_CASE("topk: a layer of more than 2^32 elements carries indices past 2^32 th
   // The codec alone, without any dense buffer: write the payload of four entries, read it back.
   payload_storage buf(bellows::detail::sparse_payload_bytes(n, 4));
   const auto payload = bellows::detail::write_sparse<bellows::sparse_arrays>(
-      buf.bytes(), bellows::wire::codec::topk, n, [&](auto begin) {
+      buf.bytes(), bellows::topk_method::codec, n, [&](auto begin) {
         const auto arrays = begin(4);
         for (std::size_t j = 0; j < 4; ++j) {
           arrays.index[j] = static_cast<typename decltype(arrays)::index_type>(spikes[j].first);
@@ -400,7 +400,7 @@ TEST_CASE("topk: a layer of more than 2^32 elements carries indices past 2^32 th
         return true;
       });
   CHECK(bellows::detail::header_of(payload).flags == bellows::wire::flag::index64);
-  const auto entries = bellows::detail::read_sparse(payload, bellows::wire::codec::topk, layer, 4, 4);
+  const auto entries = bellows::detail::read_sparse(payload, bellows::topk_method::codec, layer, 4, 4);
   REQUIRE(entries.index64.size() == 4);
   CHECK(entries.index32.empty());
   for (std::size_t j = 0; j < 4; ++j) {
@@ -414,11 +414,11 @@ TEST_CASE("topk: a layer of more than 2^32 elements carries indices past 2^32 th
     const std::uint64_t past = n;
     std::memcpy(bad.bytes().data() + bellows::wire::header_bytes + 24, &past, 8);
     CHECK_THROWS_WITH_AS(
-        (void)bellows::detail::read_sparse(bad.bytes().first(payload.size()), bellows::wire::codec::topk, layer, 4, 4),
+        (void)bellows::detail::read_sparse(bad.bytes().first(payload.size()), bellows::topk_method::codec, layer, 4, 4),
         doctest::Contains("has index 4294971392"), bellows::wire_error);
     bad.bytes()[7] = std::byte{0};
     CHECK_THROWS_WITH_AS(
-        (void)bellows::detail::read_sparse(bad.bytes().first(payload.size()), bellows::wire::codec::topk, layer, 4, 4),
+        (void)bellows::detail::read_sparse(bad.bytes().first(payload.size()), bellows::topk_method::codec, layer, 4, 4),
         doctest::Contains("32-bit indices"), bellows::wire_error);
   }
 
@@ -434,7 +434,7 @@ TEST_CASE("topk: a layer of more than 2^32 elements carries indices past 2^32 th
   auto st = c.make_state(layer);
   payload_storage out(c.max_payload_bytes(st));
   const auto encoded = c.encode(st, in.span(), out.bytes());
-  const auto got = bellows::detail::read_sparse(encoded, bellows::wire::codec::topk, layer, 4, 4);
+  const auto got = bellows::detail::read_sparse(encoded, bellows::topk_method::codec, layer, 4, 4);
   REQUIRE(got.index64.size() == 4);
   for (std::size_t j = 0; j < 4; ++j) {
     CHECK(got.index64[j] == spikes[j].first);

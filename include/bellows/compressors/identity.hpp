@@ -8,11 +8,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "bellows/concepts.hpp"
 #include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
+#include "bellows/core/method.hpp"
 #include "bellows/core/shape.hpp"
 #include "bellows/core/traffic.hpp"
 #include "bellows/core/wire.hpp"
@@ -20,6 +23,35 @@
 #include "bellows/cpu/executor.hpp"
 
 namespace bellows {
+
+template <class Exec>
+class identity;
+
+/// The identity compressor has no parameters.
+struct identity_params {};
+
+/// How tools and test suites name, configure and build the identity compressor (core/method.hpp).
+struct identity_method {
+  using params = identity_params;
+  template <class Exec>
+  using compressor = identity<Exec>;
+
+  static constexpr std::string_view name = "identity";
+  static constexpr wire::codec codec{0, "identity"};
+  static constexpr std::string_view summary = "plain averaging by allreduce: the uncompressed baseline";
+  static constexpr bool on_device = false;
+  static constexpr bool exact_on_one_element = true;
+  static constexpr std::string_view level = {};  ///< no level: both levels are the same
+  static constexpr std::span<const method_option> options = {};
+  static constexpr params examples[] = {{}};
+
+  [[nodiscard]] static params configure(const method_settings&) { return {}; }
+  [[nodiscard]] static std::vector<method_param> describe(const params&) { return {}; }
+  template <class Exec>
+  [[nodiscard]] static compressor<Exec> make(const params&, Exec& exec) {
+    return compressor<Exec>(exec);
+  }
+};
 
 /// Averages a layer uncompressed. Agreement on non-finite input takes one extra allreduce of a
 /// single float before the data (the data allreduce itself cannot tell NaN input from overflow).
@@ -58,7 +90,7 @@ public:
                                             std::size_t /*rank*/ = 0) const {
     check_size(st, in.size());
     wire::header h{};
-    h.codec = wire::codec::identity;
+    h.codec = identity_method::codec.id;
     h.n = in.size();
     h.count = in.size();
     if (!all_finite(*exec_, in)) h.flags |= wire::flag::non_finite;
@@ -87,7 +119,7 @@ public:
 private:
   /// Validates a payload completely; its values, unless the sender flagged non-finite input.
   static std::pair<step_status, std::span<const float>> read(const state& st, std::span<const std::byte> payload) {
-    wire::reader r(payload, wire::codec::identity);
+    wire::reader r(payload, identity_method::codec);
     const wire::header& h = r.head();
     if (h.n != st.layer.size() || h.count != h.n || h.param != 0 || (h.flags & wire::flag::index64))
       fail<wire_error>("identity: payload for ", h.n, " elements (count ", h.count, ", param ", h.param,
@@ -111,5 +143,10 @@ private:
 static_assert(Compressor<identity<>, archetypes::collective>, "identity must model Compressor");
 static_assert(CheckpointedCompressor<identity<>>, "identity must model CheckpointedCompressor");
 static_assert(PayloadCodec<identity<>>, "identity must model PayloadCodec");
+
+template <>
+struct method_slot<identity_method::codec.id> {
+  using type = identity_method;
+};
 
 }  // namespace bellows

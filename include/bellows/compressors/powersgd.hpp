@@ -194,4 +194,9 @@ static_assert(Compressor<powersgd<>, archetypes::collective>, "powersgd must mod
 static_assert(CheckpointedCompressor<powersgd<>>, "powersgd must model CheckpointedCompressor");
 static_assert(SelectiveCompressor<powersgd<>>, "powersgd must model SelectiveCompressor");
 
+template <>
+struct method_slot<powersgd_method::codec.id> {
+  using type = powersgd_method;
+};
+
 }  // namespace bellows

@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// Parameters of PowerSGD (compressors/powersgd.hpp).
+// Parameters of PowerSGD (compressors/powersgd.hpp), and its method descriptor.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
+#include <vector>
 
+#include "bellows/core/method.hpp"
+#include "bellows/core/wire.hpp"
 #include "bellows/plan/feedback.hpp"
 
 namespace bellows {
@@ -24,6 +28,48 @@ struct powersgd_params {
   bellows::feedback feedback = bellows::feedback::residual;
   /// Key of the shared query's random stream; the same on every rank.
   std::uint64_t seed = 0;
+};
+
+template <class Exec>
+class powersgd;
+
+/// How tools and test suites name, configure and build PowerSGD (core/method.hpp). It sends no
+/// payload (two allreduces of factors): its codec id is only reserved.
+struct powersgd_method {
+  using params = powersgd_params;
+  template <class Exec>
+  using compressor = powersgd<Exec>;
+
+  static constexpr std::string_view name = "powersgd";
+  static constexpr wire::codec codec{4, "powersgd"};
+  static constexpr std::string_view summary =
+      "rank-r factors P, Q of the n x m matrix (n = first axis); two allreduces";
+  static constexpr bool on_device = true;  ///< compressors/powersgd.cuh
+  static constexpr bool exact_on_one_element = true;
+  static constexpr std::string_view level = "rank";
+  static constexpr method_option options[] = {
+      {"rank", "columns of the factors", "1"},
+      {"min-compression-rate", "compress a layer only when (n + m) r min-compression-rate < n m", "2"},
+      {"warm-start", "reuse the previous step's query", "true", "true|false"},
+      feedback_option(params{}.feedback),
+  };
+  /// Configurations that reach every path: ranks 1, 2 and 4 (2 with its own seed).
+  static constexpr params examples[] = {{.rank = 2, .seed = 3}, {.rank = 4}, {.rank = 1}};
+
+  [[nodiscard]] static params configure(const method_settings& s) {
+    return {.rank = static_cast<std::size_t>(s.whole("rank", params{}.rank)),
+            .min_compression_rate = static_cast<float>(s.number("min-compression-rate", params{}.min_compression_rate)),
+            .warm_start = s.choice("warm-start", "true|false", "true") == "true",
+            .feedback = feedback_setting(s, params{}.feedback),
+            .seed = s.whole("seed", params{}.seed)};
+  }
+  [[nodiscard]] static std::vector<method_param> describe(const params& p) {
+    return {{"rank", std::uint64_t{p.rank}}, {"error_feedback", to_string(p.feedback)}};
+  }
+  template <class Exec>
+  [[nodiscard]] static compressor<Exec> make(const params& p, Exec& exec) {
+    return compressor<Exec>(p, exec);
+  }
 };
 
 }  // namespace bellows

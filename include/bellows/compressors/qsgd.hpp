@@ -149,7 +149,7 @@ private:
   /// The scales and codes of a payload that format_.check accepted.
   [[nodiscard]] code_arrays read(const state& st, std::span<const std::byte> payload) const {
     const code_layout l = layout(st);
-    wire::reader r(payload, wire::codec::qsgd);
+    wire::reader r(payload, qsgd_method::codec);
     const std::span<const float> scales = r.array<float>(l.buckets());
     return {scales, r.array<std::uint8_t>(l.code_bytes())};
   }
@@ -163,5 +163,10 @@ private:
 static_assert(Compressor<qsgd<>, archetypes::collective>, "qsgd must model Compressor");
 static_assert(CheckpointedCompressor<qsgd<>>, "qsgd must model CheckpointedCompressor");
 static_assert(PayloadCodec<qsgd<>>, "qsgd must model PayloadCodec");
+
+template <>
+struct method_slot<qsgd_method::codec.id> {
+  using type = qsgd_method;
+};
 
 }  // namespace bellows

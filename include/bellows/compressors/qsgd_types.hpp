@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// Parameters of QSGD (compressors/qsgd.hpp).
+// Parameters of QSGD (compressors/qsgd.hpp), and its method descriptor.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
+#include <vector>
 
+#include "bellows/core/method.hpp"
+#include "bellows/core/wire.hpp"
 #include "bellows/plan/codes.hpp"
 #include "bellows/plan/feedback.hpp"
 
@@ -23,6 +27,55 @@ struct qsgd_params {
   std::uint64_t seed = 0;
   /// Off by default (QSGD is unbiased); when on, the contribution is the local decoded value.
   bellows::feedback feedback = bellows::feedback::none;
+};
+
+template <class Exec>
+class qsgd;
+
+/// How tools and test suites name, configure and build QSGD (core/method.hpp).
+struct qsgd_method {
+  using params = qsgd_params;
+  template <class Exec>
+  using compressor = qsgd<Exec>;
+
+  static constexpr std::string_view name = "qsgd";
+  static constexpr wire::codec codec{3, "qsgd"};
+  static constexpr std::string_view summary =
+      "stochastic rounding to 2^(bits-1) - 1 levels per bucket scale; allgather";
+  static constexpr bool on_device = true;              ///< compressors/qsgd.cuh
+  static constexpr bool exact_on_one_element = false;  ///< the scale of a one-element bucket is rounded
+  static constexpr std::string_view level = "bits";
+  static constexpr method_option options[] = {
+      {"bits", "bits per element: 2, 4 or 8", "8"},
+      {"bucket", "elements per bucket (one float scale each)", "512"},
+      {"norm", "bucket scale: l2 or max-abs", "l2", "l2|max-abs"},
+      feedback_option(params{}.feedback),
+  };
+  /// Configurations that reach every path: each width, short buckets, max-abs, the memory.
+  static constexpr params examples[] = {
+      {.bits = 4, .bucket = 100},
+      {.bits = 8, .bucket = 4, .seed = 9},
+      {.bits = 2, .bucket = 4},
+      {.bits = 4, .bucket = 64, .norm = qsgd_norm::max_abs, .feedback = feedback::residual},
+  };
+
+  [[nodiscard]] static params configure(const method_settings& s) {
+    return {.bits = static_cast<unsigned>(s.whole("bits", params{}.bits)),
+            .bucket = static_cast<std::size_t>(s.whole("bucket", params{}.bucket)),
+            .norm = s.choice("norm", "l2|max-abs", "l2") == "max-abs" ? qsgd_norm::max_abs : qsgd_norm::l2,
+            .seed = s.whole("seed", params{}.seed),
+            .feedback = feedback_setting(s, params{}.feedback)};
+  }
+  [[nodiscard]] static std::vector<method_param> describe(const params& p) {
+    return {{"bits", std::uint64_t{p.bits}},
+            {"bucket", std::uint64_t{p.bucket}},
+            {"norm", p.norm == qsgd_norm::max_abs ? "max-abs" : "l2"},
+            {"error_feedback", to_string(p.feedback)}};
+  }
+  template <class Exec>
+  [[nodiscard]] static compressor<Exec> make(const params& p, Exec& exec) {
+    return compressor<Exec>(p, exec);
+  }
 };
 
 }  // namespace bellows

@@ -48,8 +48,8 @@ public:
     std::vector<float> values_;  // shared mode: the k values, then the non-finite flag
   };
 
-  static constexpr wire::codec codec = wire::codec::randk;
-  static constexpr const char* name = "randk";
+  static constexpr wire::codec codec = randk_method::codec;
+  static constexpr const char* name = randk_method::codec.name;
 
   explicit randk(randk_params params = {}, Exec& exec = Exec::shared()) : base(exec), params_(params) {}
 
@@ -147,5 +147,10 @@ private:
 static_assert(Compressor<randk<>, archetypes::collective>, "randk must model Compressor");
 static_assert(CheckpointedCompressor<randk<>>, "randk must model CheckpointedCompressor");
 static_assert(PayloadCodec<randk<>>, "randk must model PayloadCodec");
+
+template <>
+struct method_slot<randk_method::codec.id> {
+  using type = randk_method;
+};
 
 }  // namespace bellows

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// Parameters of the rand-k compressor (compressors/randk.hpp).
+// Parameters of the rand-k compressor (compressors/randk.hpp), and its method descriptor.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
+#include "bellows/core/method.hpp"
+#include "bellows/core/wire.hpp"
 #include "bellows/plan/feedback.hpp"
 
 namespace bellows {
@@ -32,6 +35,56 @@ struct randk_params {
   bellows::feedback feedback = bellows::feedback::residual;
   /// Keys the index draw, with the step, the layer and (per-rank mode) the rank.
   std::uint64_t seed = 0;
+};
+
+template <class Exec>
+class randk;
+
+/// How tools and test suites name, configure and build rand-k (core/method.hpp).
+struct randk_method {
+  using params = randk_params;
+  template <class Exec>
+  using compressor = randk<Exec>;
+
+  static constexpr std::string_view name = "randk";
+  static constexpr wire::codec codec{2, "randk"};
+  static constexpr std::string_view summary =
+      "ceil(ratio n) elements drawn uniformly; shared: allreduce, per-rank: allgather";
+  static constexpr bool on_device = true;  ///< compressors/randk.cuh (the shared mode)
+  static constexpr bool exact_on_one_element = true;
+  static constexpr std::string_view level = "ratio";
+  static constexpr method_option options[] = {
+      {"ratio", "fraction of the elements kept, in (0, 1]", "0.01"},
+      {"per-rank", "each rank draws its own indices (default: shared)", {}, {}, true},
+      {"unbiased", "scale the kept values by n / k; the default memory becomes none, as it must", {}, {}, true},
+      feedback_option(params{}.feedback),
+  };
+  /// Configurations that reach every path: both modes with and without the memory.
+  static constexpr params examples[] = {
+      {.ratio = 0.05, .feedback = feedback::none},
+      {.ratio = 0.05, .mode = randk_mode::per_rank, .feedback = feedback::none},
+      {.ratio = 0.1, .seed = 5},
+      {.ratio = 0.1, .mode = randk_mode::per_rank, .seed = 5},
+  };
+
+  [[nodiscard]] static params configure(const method_settings& s) {
+    const bool unbiased = s.flag("unbiased");
+    return {.ratio = s.number("ratio", params{}.ratio),
+            .mode = s.flag("per-rank") ? randk_mode::per_rank : randk_mode::shared,
+            .unbiased = unbiased,
+            .feedback = feedback_setting(s, unbiased ? feedback::none : params{}.feedback),
+            .seed = s.whole("seed", params{}.seed)};
+  }
+  [[nodiscard]] static std::vector<method_param> describe(const params& p) {
+    return {{"ratio", p.ratio},
+            {"mode", to_string(p.mode)},
+            {"unbiased", p.unbiased},
+            {"error_feedback", to_string(p.feedback)}};
+  }
+  template <class Exec>
+  [[nodiscard]] static compressor<Exec> make(const params& p, Exec& exec) {
+    return compressor<Exec>(p, exec);
+  }
 };
 
 }  // namespace bellows

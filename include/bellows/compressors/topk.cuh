@@ -158,7 +158,7 @@ private:
     cuda::payload_slots& slots = st.slots;
     slots.prepare(ranks, bytes, stream);
     wire::header h{};
-    h.codec = wire::codec::topk;
+    h.codec = topk_method::codec.id;
     h.n = n;
     h.count = k;
     h.body_bytes = bytes - wire::header_bytes;
@@ -182,7 +182,7 @@ private:
 
     if ((slots.worst() & cuda::payload_malformed) != 0)
       slots.report_malformed(*exec_, name, st.layer, [&](std::span<const std::byte> payload) {
-        (void)detail::read_sparse(payload, wire::codec::topk, st.layer, k, k);
+        (void)detail::read_sparse(payload, topk_method::codec, st.layer, k, k);
       });
     const bool mine_finite = (slots.verdict(rank) & cuda::payload_non_finite) == 0;
     const reduce_result r{slots.worst() != 0 ? step_status::non_finite : step_status::ok,

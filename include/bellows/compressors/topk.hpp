@@ -50,8 +50,8 @@ public:
     std::vector<float> dense_;  // sized at the first step that averages densely
   };
 
-  static constexpr wire::codec codec = wire::codec::topk;
-  static constexpr const char* name = "topk";
+  static constexpr wire::codec codec = topk_method::codec;
+  static constexpr const char* name = topk_method::codec.name;
 
   explicit topk(topk_params params = {}, Exec& exec = Exec::shared()) : base(exec), params_(params) {}
 
@@ -125,5 +125,10 @@ private:
 static_assert(Compressor<topk<>, archetypes::collective>, "topk must model Compressor");
 static_assert(CheckpointedCompressor<topk<>>, "topk must model CheckpointedCompressor");
 static_assert(PayloadCodec<topk<>>, "topk must model PayloadCodec");
+
+template <>
+struct method_slot<topk_method::codec.id> {
+  using type = topk_method;
+};
 
 }  // namespace bellows

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// Parameters of the top-k compressor (compressors/topk.hpp).
+// Parameters of the top-k compressor (compressors/topk.hpp), and its method descriptor.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
+#include "bellows/core/method.hpp"
+#include "bellows/core/wire.hpp"
 #include "bellows/plan/feedback.hpp"
 
 namespace bellows {
@@ -32,6 +35,49 @@ struct topk_params {
   /// Average by a dense allreduce instead of an allgather when docs/spec.md#top-k finds it cheaper:
   /// W * k * (index + value bytes) >= 4 n.
   bool dense_switch = true;
+};
+
+template <class Exec>
+class topk;
+
+/// How tools and test suites name, configure and build top-k (core/method.hpp).
+struct topk_method {
+  using params = topk_params;
+  template <class Exec>
+  using compressor = topk<Exec>;
+
+  static constexpr std::string_view name = "topk";
+  static constexpr wire::codec codec{1, "topk"};
+  static constexpr std::string_view summary = "the ceil(ratio n) largest |x|, as indices and values; allgather";
+  static constexpr bool on_device = true;             ///< compressors/topk.cuh
+  static constexpr bool exact_on_one_element = true;  ///< a layer of one element is averaged exactly
+  static constexpr std::string_view level = "ratio";  ///< the option a level of Accordion sets
+  static constexpr method_option options[] = {
+      {"ratio", "fraction of the elements kept, in (0, 1]", "0.01"},
+      {"approximate", "keep between k and 1.25 k of the largest, when cheaper", {}, {}, true},
+      feedback_option(params{}.feedback),
+  };
+  /// Configurations that reach every path: no memory, the dense average, the memory, a large k.
+  static constexpr params examples[] = {
+      {.ratio = 0.05, .feedback = feedback::none},
+      {.ratio = 0.25, .mode = topk_mode::approximate, .feedback = feedback::none},
+      {.ratio = 0.05},
+      {.ratio = 0.9},
+  };
+
+  [[nodiscard]] static params configure(const method_settings& s) {
+    return {.ratio = s.number("ratio", params{}.ratio),
+            .mode = s.flag("approximate") ? topk_mode::approximate : topk_mode::exact,
+            .feedback = feedback_setting(s, params{}.feedback),
+            .seed = s.whole("seed", params{}.seed)};
+  }
+  [[nodiscard]] static std::vector<method_param> describe(const params& p) {
+    return {{"ratio", p.ratio}, {"mode", to_string(p.mode)}, {"error_feedback", to_string(p.feedback)}};
+  }
+  template <class Exec>
+  [[nodiscard]] static compressor<Exec> make(const params& p, Exec& exec) {
+    return compressor<Exec>(p, exec);
+  }
 };
 
 }  // namespace bellows

@@ -8,7 +8,7 @@
 //   offset  size  field
 //        0     4  magic      "BLWS" (0x53574C42)
 //        4     2  version    1
-//        6     1  codec      wire::codec
+//        6     1  codec      the codec's id (wire::codec::id, declared with each compressor)
 //        7     1  flags      bit 0: 64-bit indices; bit 1: the sender's input was non-finite
 //        8     8  n          elements of the layer
 //       16     8  count      codec-defined: kept elements (top-k, rand-k), buckets (QSGD)
@@ -34,18 +34,12 @@ inline constexpr std::uint32_t magic = 0x53574C42u;  // bytes 'B' 'L' 'W' 'S'
 inline constexpr std::uint16_t version = 1;
 inline constexpr std::size_t body_alignment = 8;
 
-enum class codec : std::uint8_t { identity = 0, topk = 1, randk = 2, qsgd = 3, powersgd = 4 };
-
-[[nodiscard]] constexpr const char* to_string(codec c) noexcept {
-  switch (c) {
-    case codec::identity: return "identity";
-    case codec::topk: return "topk";
-    case codec::randk: return "randk";
-    case codec::qsgd: return "qsgd";
-    case codec::powersgd: return "powersgd";
-  }
-  return "unknown";
-}
+/// A payload format: the id in byte 6 of the header and a name for messages. Each compressor
+/// declares its own (its `*_method::codec`); compressors/list.hpp refuses two with one id.
+struct codec {
+  std::uint8_t id = 0;
+  const char* name = "";
+};
 
 namespace flag {
 inline constexpr std::uint8_t index64 = 1u << 0;
@@ -56,7 +50,7 @@ inline constexpr std::uint8_t all = index64 | non_finite;
 struct header {
   std::uint32_t magic = wire::magic;
   std::uint16_t version = wire::version;
-  wire::codec codec = wire::codec::identity;
+  std::uint8_t codec = 0;  ///< wire::codec::id
   std::uint8_t flags = 0;
   std::uint64_t n = 0;
   std::uint64_t count = 0;
@@ -137,7 +131,7 @@ private:
 /// raises bellows::wire_error naming the field and the value.
 class reader {
 public:
-  reader(std::span<const std::byte> in, codec expected) : in_(in) {
+  reader(std::span<const std::byte> in, codec expected) : in_(in), name_(expected.name) {
     if (in.size() < header_bytes)
       fail<wire_error>("wire: payload of ", in.size(), " bytes is shorter than the ", header_bytes, "-byte header");
     if (reinterpret_cast<std::uintptr_t>(in.data()) % body_alignment != 0)
@@ -146,9 +140,9 @@ public:
     if (h_.magic != magic) fail<wire_error>("wire: bad magic 0x", std::hex, h_.magic, " (expected 0x", magic, ")");
     if (h_.version != version)
       fail<wire_error>("wire: unsupported version ", h_.version, " (this build reads ", version, ")");
-    if (h_.codec != expected)
-      fail<wire_error>("wire: payload of codec ", static_cast<unsigned>(h_.codec), " (", to_string(h_.codec),
-                       ") where ", to_string(expected), " was expected");
+    if (h_.codec != expected.id)
+      fail<wire_error>("wire: payload of codec ", unsigned{h_.codec}, " where ", expected.name, " (",
+                       unsigned{expected.id}, ") was expected");
     if ((h_.flags & ~flag::all) != 0) fail<wire_error>("wire: unknown flag bits 0x", std::hex, unsigned{h_.flags});
     if (h_.reserved != 0) fail<wire_error>("wire: reserved field is ", h_.reserved, ", not 0");
     if (h_.body_bytes != in.size() - header_bytes)
@@ -167,7 +161,7 @@ public:
     const std::size_t start = (pos_ + alignof(T) - 1) / alignof(T) * alignof(T);
     if (count > (body - std::min(start, body)) / sizeof(T))
       fail<wire_error>("wire: array of ", count, " elements of ", sizeof(T), " bytes overruns the ", body,
-                       "-byte body of a ", to_string(h_.codec), " payload");
+                       "-byte body of a ", name_, " payload");
     pos_ = start + count * sizeof(T);
     return {reinterpret_cast<const T*>(in_.data() + header_bytes + start), static_cast<std::size_t>(count)};
   }
@@ -176,14 +170,15 @@ public:
   void finish() const {
     const std::size_t body = in_.size() - header_bytes;
     if (padded(pos_) != body)
-      fail<wire_error>("wire: ", body - pos_, " bytes follow the arrays of a ", to_string(h_.codec),
-                       " payload (expected ", padded(pos_) - pos_, ")");
+      fail<wire_error>("wire: ", body - pos_, " bytes follow the arrays of a ", name_, " payload (expected ",
+                       padded(pos_) - pos_, ")");
     for (std::size_t i = pos_; i < body; ++i)
       if (in_[header_bytes + i] != std::byte{0}) fail<wire_error>("wire: non-zero padding byte at body offset ", i);
   }
 
 private:
   std::span<const std::byte> in_;
+  const char* name_;
   header h_{};
   std::size_t pos_ = 0;
 };

@@ -5,6 +5,8 @@
 
 #include <string_view>
 
+#include "bellows/core/method.hpp"
+
 namespace bellows {
 
 enum class feedback : unsigned char {
@@ -20,6 +22,17 @@ enum class feedback : unsigned char {
     case feedback::scaled: return "scaled";
   }
   return "unknown";
+}
+
+/// The --error-feedback option of a method descriptor whose default memory is `fallback`.
+[[nodiscard]] constexpr method_option feedback_option(feedback fallback) noexcept {
+  return {"error-feedback", "memory of what compression left out", to_string(fallback), "residual|none"};
+}
+
+/// The memory chosen by settings of feedback_option, or `fallback` when they name none.
+[[nodiscard]] inline feedback feedback_setting(const method_settings& s, feedback fallback) {
+  const std::string_view v = s.choice("error-feedback", "residual|none", to_string(fallback));
+  return v == "none" ? feedback::none : feedback::residual;
 }
 
 }  // namespace bellows

@@ -63,7 +63,7 @@ public:
   /// The header of a payload for n elements from finite input.
   [[nodiscard]] wire::header header(std::size_t n) const {
     wire::header h{};
-    h.codec = wire::codec::qsgd;
+    h.codec = qsgd_method::codec.id;
     h.n = n;
     h.count = layout(n).buckets();
     h.param = param();
@@ -84,7 +84,7 @@ public:
   /// finite and >= 0); raises wire_error naming what is wrong. Returns its reader.
   [[nodiscard]] wire::reader check(const layer_info& layer, std::span<const std::byte> payload) const {
     const code_layout l = layout(layer.size());
-    wire::reader r(payload, wire::codec::qsgd);
+    wire::reader r(payload, qsgd_method::codec);
     const wire::header& h = r.head();
     if (h.n != l.n || h.count != l.buckets() || h.param != param() || (h.flags & wire::flag::index64))
       fail<wire_error>("qsgd: payload for ", h.n, " elements in ", h.count, " buckets (param 0x", std::hex, h.param,

@@ -79,7 +79,7 @@ template <template <class> class Arrays, class Select>
 [[nodiscard]] std::span<std::byte> write_sparse(std::span<std::byte> out, wire::codec codec, std::uint64_t n,
                                                 Select&& select) {
   wire::header h{};
-  h.codec = codec;
+  h.codec = codec.id;
   h.n = n;
   if (wide_indices(n)) h.flags |= wire::flag::index64;
   std::optional<wire::writer> w;
@@ -119,7 +119,7 @@ struct sparse_entries {
                                                 std::uint64_t max_count) {
   wire::reader r(payload, codec);
   const wire::header& h = r.head();
-  const char* name = wire::to_string(codec);
+  const char* name = codec.name;
   const std::uint64_t n = layer.size();
   const bool wide = (h.flags & wire::flag::index64) != 0;
   if (h.n != n || h.param != 0 || wide != wide_indices(n))
