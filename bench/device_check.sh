@@ -129,6 +129,12 @@ for name, rank in [(f"cuda_powersgd_step/n:8192/rank:{r}/manual_time", r) for r 
     result = "missing" if b is None or "x_streams" not in b else \
         f"{b['real_time']:.3f} ms, {b['x_floor']:.2f} x_floor = {b['x_streams']:.2f}x its {b['streams']:.0f} streams"
     rows.append((name.replace("/manual_time", ""), result, "<= 2x its M reads" if rank == 4 else ""))
+# Every device compressor of compressors/list.hpp, each example configuration (bench/cuda/bench_compressors.cu).
+for name in sorted(n for n in bench if n.startswith("cuda_step/")):
+    b = bench[name]
+    result = "skipped: " + b.get("error_message", "") if b.get("error_occurred") else \
+        f"{b['real_time']:.3f} ms, {b.get('x_floor', float('nan')):.2f} x_floor"
+    rows.append((name.replace("/manual_time", ""), result, ""))
 gpu = open(os.path.join(out, "gpu.txt")).read().strip()
 w0 = max(len(r[0]) for r in rows); w1 = max(len(r[1]) for r in rows)
 print(f"\n== summary ({gpu}; {seconds} s)")

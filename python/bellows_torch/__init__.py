@@ -24,9 +24,15 @@ from torch.nn.parallel import DistributedDataParallel
 
 from . import _C
 
-__all__ = ["State", "hook", "config", "reference", "FAMILIES"]
+__all__ = ["State", "hook", "config", "reference", "FAMILIES", "default_level"]
 
-FAMILIES = ("identity", "topk", "randk", "powersgd", "qsgd")
+# The compressors of bellows/compressors/list.hpp, by name.
+FAMILIES = tuple(_C.families())
+
+
+def default_level(compressor):
+    """The library's default of the option a level of `compressor` sets (0 for identity)."""
+    return _C.default_level(compressor)
 # What state_dict() records of the configuration and load_state_dict() requires to match (not
 # `threads`: the executor's threads change no result).
 CONFIG_FIELDS = ("family", "low", "high", "accordion", "eta", "interval", "feedback", "seed",
@@ -63,8 +69,9 @@ def _config_values(cfg):
 class State:
     """What the hook keeps between steps: one bellows synchronizer per parameter.
 
-    compressor: "identity", "topk", "randk", "powersgd" or "qsgd".
-    low: the level in critical regimes (the less compressed one): PowerSGD's rank, top-k's or
+    compressor: one of FAMILIES ("identity", "topk", "randk", "powersgd", "qsgd", ...).
+    low: the level in critical regimes (the less compressed one): the option the compressor's
+        descriptor names as its level (docs/compressors.md#the-list): PowerSGD's rank, top-k's or
         rand-k's ratio in (0, 1], QSGD's bits (2, 4, 8). Without Accordion it is used always.
     high: the level elsewhere (Accordion only; a higher rank is the low level: rank 4 low, 1 high).
     accordion: switch each layer between the levels by Accordion's gradient-norm rule, checked

@@ -29,6 +29,9 @@ CONFIGS = {
     "powersgd_accordion": dict(compressor="powersgd", low=4, high=1, accordion=True, interval=1),
     "topk_accordion": dict(compressor="topk", low=0.5, high=0.05, accordion=True, interval=1),
 }
+# Every other compressor of the list, at the library's default level.
+LISTED = [f for f in bellows_torch.FAMILIES if f not in CONFIGS]
+CONFIGS.update({f: dict(compressor=f, low=bellows_torch.default_level(f)) for f in LISTED})
 
 
 def model():
@@ -112,6 +115,11 @@ class HookMatchesDirect(unittest.TestCase):
 
     def test_topk_accordion(self):
         self.check("topk_accordion")
+
+    def test_every_other_listed_compressor(self):
+        for name in LISTED:
+            with self.subTest(name):
+                self.check(name)
 
 
 if __name__ == "__main__":

@@ -1,31 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// The compressors the conformance suite runs, one case type each: how to build it with an
-// executor. A new compressor joins the suite with a case here and a name in test_conformance.cpp.
+// The cases the conformance suite runs: every example configuration of every compressor of
+// compressors/list.hpp, each one type. A new compressor joins the suite by joining the list.
 #pragma once
 
-#include <bellows/compressors/identity.hpp>
-#include <bellows/compressors/powersgd.hpp>
-#include <bellows/compressors/qsgd.hpp>
-#include <bellows/compressors/randk.hpp>
-#include <bellows/compressors/topk.hpp>
+#include <bellows/compressors/list.hpp>
 #include <bellows/cpu/executor.hpp>
 
+#include <cstddef>
+#include <type_traits>
+
+#include "../support/examples.hpp"
+
 namespace bellows::testing {
-
-struct identity_case {
-  using compressor = bellows::identity<>;
-  static compressor make(cpu::executor& exec) { return compressor(exec); }
-};
-
-struct powersgd_case {
-  using compressor = bellows::powersgd<>;
-  static compressor make(cpu::executor& exec) { return compressor({.rank = 2}, exec); }
-};
-
-struct qsgd_case {
-  using compressor = bellows::qsgd<>;
-  static compressor make(cpu::executor& exec) { return compressor({.bits = 4, .bucket = 100}, exec); }
-};
 
 /// A compressor seen through the Compressor concept alone. For codecs with an error memory,
 /// whose payloads depend on the memory that fresh states of the codec round-trip cases lack.
@@ -41,38 +27,32 @@ struct compressor_only {
   }
 };
 
-struct topk_case {
-  using compressor = bellows::topk<>;
-  static compressor make(cpu::executor& exec) { return compressor({.ratio = 0.05, .feedback = feedback::none}, exec); }
-};
+/// Whether a configuration keeps an error memory.
+template <class Params>
+constexpr bool keeps_memory(const Params& p) {
+  if constexpr (requires { p.feedback; })
+    return p.feedback != feedback::none;
+  else
+    return false;
+}
 
-struct topk_dense_case {  // W * k * 8 >= 4 n from W = 2: the dense allreduce
-  using compressor = bellows::topk<>;
+/// Example I of method M, built with an executor.
+template <class M, std::size_t I>
+struct example_case {
+  using method = M;
+  static constexpr typename M::params params = M::examples[I];
+  using codec = typename M::template compressor<cpu::executor>;
+  static constexpr bool hidden = PayloadCodec<codec> && keeps_memory(params);
+  using compressor = std::conditional_t<hidden, compressor_only<codec>, codec>;
   static compressor make(cpu::executor& exec) {
-    return compressor({.ratio = 0.25, .mode = topk_mode::approximate, .feedback = feedback::none}, exec);
+    if constexpr (hidden)
+      return {M::make(params, exec)};
+    else
+      return M::make(params, exec);
   }
 };
 
-struct topk_residual_case {
-  using compressor = compressor_only<bellows::topk<>>;
-  static compressor make(cpu::executor& exec) { return {bellows::topk<>({.ratio = 0.05}, exec)}; }
-};
-
-struct randk_case {
-  using compressor = bellows::randk<>;
-  static compressor make(cpu::executor& exec) { return compressor({.ratio = 0.05, .feedback = feedback::none}, exec); }
-};
-
-struct randk_per_rank_case {
-  using compressor = bellows::randk<>;
-  static compressor make(cpu::executor& exec) {
-    return compressor({.ratio = 0.05, .mode = randk_mode::per_rank, .feedback = feedback::none}, exec);
-  }
-};
-
-struct randk_residual_case {
-  using compressor = compressor_only<bellows::randk<>>;
-  static compressor make(cpu::executor& exec) { return {bellows::randk<>({.ratio = 0.05}, exec)}; }
-};
+/// Every example of every listed compressor.
+using conformance_cases = every_example<example_case>;
 
 }  // namespace bellows::testing

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The conformance suite of the Compressor concept (and of PayloadCodec where a compressor models
-// it), written once and run for every compressor listed in CONFORMANCE_CASES.
+// it), written once and run for every example configuration of every compressor of the list
+// (conformance_cases.hpp).
 #include <bellows/collectives/counting.hpp>
 #include <bellows/collectives/local.hpp>
 #include <bellows/compressors/detail/gather_average.hpp>
@@ -18,11 +19,6 @@
 #include "../support/allocation_counter.hpp"
 #include "../support/random.hpp"
 #include "conformance_cases.hpp"
-
-#define CONFORMANCE_CASES                                                                                   \
-  bellows::testing::identity_case, bellows::testing::powersgd_case, bellows::testing::qsgd_case,            \
-      bellows::testing::topk_case, bellows::testing::topk_dense_case, bellows::testing::topk_residual_case, \
-      bellows::testing::randk_case, bellows::testing::randk_per_rank_case, bellows::testing::randk_residual_case
 
 namespace {
 
@@ -68,8 +64,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("conformance: every rank gets the same bits, run after run, for any thread count", Case,
-                   CONFORMANCE_CASES) {
+TEST_CASE_TEMPLATE_DEFINE("conformance: every rank gets the same bits, run after run, for any thread count", Case,
+                          conformance_1) {
   for (const bellows::shape& shp : test_shapes) {
     for (std::size_t w : {1u, 2u, 3u}) {
       CAPTURE(shp.to_string());
@@ -89,8 +85,8 @@ TEST_CASE_TEMPLATE("conformance: every rank gets the same bits, run after run, f
   }
 }
 
-TEST_CASE_TEMPLATE("conformance: NaN or Inf on one rank gives non_finite everywhere and changes nothing", Case,
-                   CONFORMANCE_CASES) {
+TEST_CASE_TEMPLATE_DEFINE("conformance: NaN or Inf on one rank gives non_finite everywhere and changes nothing", Case,
+                          conformance_2) {
   const bellows::shape shp{64, 48};
   const std::size_t n = shp.size(), w = 3;
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
@@ -117,7 +113,8 @@ TEST_CASE_TEMPLATE("conformance: NaN or Inf on one rank gives non_finite everywh
   }
 }
 
-TEST_CASE_TEMPLATE("conformance: the traffic reported is the traffic the collective carried", Case, CONFORMANCE_CASES) {
+TEST_CASE_TEMPLATE_DEFINE("conformance: the traffic reported is the traffic the collective carried", Case,
+                          conformance_3) {
   for (std::size_t w : {1u, 3u}) {
     bellows::cpu::executor exec(1);
     local_group group(w);
@@ -137,7 +134,7 @@ TEST_CASE_TEMPLATE("conformance: the traffic reported is the traffic the collect
   }
 }
 
-TEST_CASE_TEMPLATE("conformance: zeros in, zeros out", Case, CONFORMANCE_CASES) {
+TEST_CASE_TEMPLATE_DEFINE("conformance: zeros in, zeros out", Case, conformance_4) {
   for (const bellows::shape& shp : test_shapes) {
     const auto rec = run<Case>(2, shp, 2, [&](std::size_t, int) { return std::vector<float>(shp.size(), 0.0f); });
     for (const auto& rank : rec)
@@ -148,7 +145,8 @@ TEST_CASE_TEMPLATE("conformance: zeros in, zeros out", Case, CONFORMANCE_CASES) 
   }
 }
 
-TEST_CASE_TEMPLATE("conformance: a buffer of the wrong length is refused, naming the layer", Case, CONFORMANCE_CASES) {
+TEST_CASE_TEMPLATE_DEFINE("conformance: a buffer of the wrong length is refused, naming the layer", Case,
+                          conformance_5) {
   bellows::cpu::executor exec(1);
   auto c = Case::make(exec);
   auto st = c.make_state({0, "head.bias", bellows::shape{10}});
@@ -158,7 +156,7 @@ TEST_CASE_TEMPLATE("conformance: a buffer of the wrong length is refused, naming
   CHECK(x == std::vector<float>(11, 1.0f));
 }
 
-TEST_CASE_TEMPLATE("conformance: steady-state steps allocate nothing", Case, CONFORMANCE_CASES) {
+TEST_CASE_TEMPLATE_DEFINE("conformance: steady-state steps allocate nothing", Case, conformance_6) {
   bellows::cpu::executor exec(1);
   local_group group(2);
   std::atomic<int> clean{0};
@@ -183,7 +181,8 @@ struct payload_storage {
 };
 }  // namespace
 
-TEST_CASE_TEMPLATE("conformance: reduce equals the average of each rank's decoded payload", Case, CONFORMANCE_CASES) {
+TEST_CASE_TEMPLATE_DEFINE("conformance: reduce equals the average of each rank's decoded payload", Case,
+                          conformance_7) {
   using C = typename Case::compressor;
   if constexpr (bellows::PayloadCodec<C>) {
     const bellows::shape shp{40, 25};
@@ -216,8 +215,8 @@ TEST_CASE_TEMPLATE("conformance: reduce equals the average of each rank's decode
   }
 }
 
-TEST_CASE_TEMPLATE("conformance: malformed payloads raise wire_error and leave the output untouched", Case,
-                   CONFORMANCE_CASES) {
+TEST_CASE_TEMPLATE_DEFINE("conformance: malformed payloads raise wire_error and leave the output untouched", Case,
+                          conformance_8) {
   using C = typename Case::compressor;
   if constexpr (bellows::PayloadCodec<C>) {
     bellows::cpu::executor exec(1);
@@ -281,7 +280,7 @@ TEST_CASE_TEMPLATE("conformance: malformed payloads raise wire_error and leave t
   }
 }
 
-TEST_CASE_TEMPLATE("conformance: layers of no element and of one element", Case, CONFORMANCE_CASES) {
+TEST_CASE_TEMPLATE_DEFINE("conformance: layers of no element and of one element", Case, conformance_9) {
   using C = typename Case::compressor;
   for (const bellows::shape& shp :
        {bellows::shape{0}, bellows::shape{5, 0}, bellows::shape{}, bellows::shape{1}, bellows::shape{1, 1}}) {
@@ -312,3 +311,13 @@ TEST_CASE_TEMPLATE("conformance: layers of no element and of one element", Case,
     }
   }
 }
+
+TEST_CASE_TEMPLATE_APPLY(conformance_1, bellows::testing::conformance_cases);
+TEST_CASE_TEMPLATE_APPLY(conformance_2, bellows::testing::conformance_cases);
+TEST_CASE_TEMPLATE_APPLY(conformance_3, bellows::testing::conformance_cases);
+TEST_CASE_TEMPLATE_APPLY(conformance_4, bellows::testing::conformance_cases);
+TEST_CASE_TEMPLATE_APPLY(conformance_5, bellows::testing::conformance_cases);
+TEST_CASE_TEMPLATE_APPLY(conformance_6, bellows::testing::conformance_cases);
+TEST_CASE_TEMPLATE_APPLY(conformance_7, bellows::testing::conformance_cases);
+TEST_CASE_TEMPLATE_APPLY(conformance_8, bellows::testing::conformance_cases);
+TEST_CASE_TEMPLATE_APPLY(conformance_9, bellows::testing::conformance_cases);

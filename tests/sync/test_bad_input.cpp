@@ -3,11 +3,7 @@
 // layers with no elements or one element, a non-finite value in such a layer, and the checkpoint
 // of a run that holds them. (docs/reliability.md#behaviour-on-bad-input names the test of every row.)
 #include <bellows/collectives/local.hpp>
-#include <bellows/compressors/identity.hpp>
-#include <bellows/compressors/powersgd.hpp>
-#include <bellows/compressors/qsgd.hpp>
-#include <bellows/compressors/randk.hpp>
-#include <bellows/compressors/topk.hpp>
+#include <bellows/compressors/list.hpp>
 #include <bellows/regime/accordion.hpp>
 #include <bellows/sync/synchronizer.hpp>
 
@@ -20,44 +16,23 @@
 #include <string>
 #include <vector>
 
+#include "../support/examples.hpp"
+
 using bellows::collectives::local;
 using bellows::collectives::local_group;
 
 namespace {
 
-// Each case: the low and the high level of one compressor family.
-struct identity_levels {
-  static auto make() { return std::pair{bellows::identity<>(), bellows::identity<>()}; }
-};
-struct topk_levels {
-  static auto make() { return std::pair{bellows::topk<>({.ratio = 0.5}), bellows::topk<>({.ratio = 0.1})}; }
-};
-struct randk_levels {
-  static auto make() { return std::pair{bellows::randk<>({.ratio = 0.5}), bellows::randk<>({.ratio = 0.1})}; }
-};
-struct randk_per_rank_levels {
+// Each case: a compressor of the list at two of its example configurations, example I serving
+// critical regimes and the next one the others.
+template <class M, std::size_t I>
+struct levels_case {
+  static constexpr bool lossy_on_one_element = !M::exact_on_one_element;
   static auto make() {
-    return std::pair{bellows::randk<>({.ratio = 0.5, .mode = bellows::randk_mode::per_rank}),
-                     bellows::randk<>({.ratio = 0.1, .mode = bellows::randk_mode::per_rank})};
+    auto& exec = bellows::cpu::executor::shared();
+    return std::pair{M::make(M::examples[I], exec), M::make(M::examples[(I + 1) % std::size(M::examples)], exec)};
   }
 };
-struct qsgd_levels {
-  static constexpr bool lossy_on_one_element = true;  // the rounding of the scale
-  static auto make() {
-    return std::pair{bellows::qsgd<>({.bits = 8, .bucket = 4}), bellows::qsgd<>({.bits = 2, .bucket = 4})};
-  }
-};
-struct powersgd_levels {
-  static auto make() { return std::pair{bellows::powersgd<>({.rank = 4}), bellows::powersgd<>({.rank = 1})}; }
-};
-
-template <class Case>
-constexpr bool lossy_on_one_element() {
-  if constexpr (requires { Case::lossy_on_one_element; })
-    return Case::lossy_on_one_element;
-  else
-    return false;
-}
 
 // Layers with no elements (as a 1-D and as a matrix with a zero dimension), with one element
 // (as a scalar, a vector and a 1x1 matrix), and an ordinary one beside them.
@@ -80,11 +55,11 @@ auto make_sync() {
 
 }  // namespace
 
-#define BAD_INPUT_CASES identity_levels, topk_levels, randk_levels, randk_per_rank_levels, qsgd_levels, powersgd_levels
+using bad_input_cases = bellows::testing::every_example<levels_case>;
 
-TEST_CASE_TEMPLATE("bad input: layers of no element and of one element go through every compressor, checkpoint "
-                   "and restore",
-                   Case, BAD_INPUT_CASES) {
+TEST_CASE_TEMPLATE_DEFINE("bad input: layers of no element and of one element go through every compressor, checkpoint "
+                          "and restore",
+                          Case, bad_input_1) {
   constexpr std::size_t w = 2;
   local_group group(w);
   std::atomic<int> right{0};
@@ -107,7 +82,7 @@ TEST_CASE_TEMPLATE("bad input: layers of no element and of one element go throug
         for (std::size_t id = 2; id <= 4; ++id) {
           const float mean = (value_of(0, id, step, 0) + value_of(1, id, step, 0)) / 2.0f;
           const float got = g[id][0];
-          if constexpr (lossy_on_one_element<Case>())
+          if constexpr (Case::lossy_on_one_element)
             ok = ok && std::abs(got - mean) <= 1e-5f * std::abs(mean) + 0.02f * 2.0f;
           else
             ok = ok && got == mean;
@@ -126,9 +101,9 @@ TEST_CASE_TEMPLATE("bad input: layers of no element and of one element go throug
   CHECK(right == static_cast<int>(w));
 }
 
-TEST_CASE_TEMPLATE("bad input: a NaN or Inf in a one-element layer skips that layer on every rank and changes "
-                   "nothing",
-                   Case, BAD_INPUT_CASES) {
+TEST_CASE_TEMPLATE_DEFINE("bad input: a NaN or Inf in a one-element layer skips that layer on every rank and changes "
+                          "nothing",
+                          Case, bad_input_2) {
   constexpr std::size_t w = 2;
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     CAPTURE(bad);
@@ -155,3 +130,6 @@ TEST_CASE_TEMPLATE("bad input: a NaN or Inf in a one-element layer skips that la
     CHECK(right == static_cast<int>(w));
   }
 }
+
+TEST_CASE_TEMPLATE_APPLY(bad_input_1, bad_input_cases);
+TEST_CASE_TEMPLATE_APPLY(bad_input_2, bad_input_cases);

@@ -214,7 +214,7 @@ TEST_CASE("cli: usage errors and bad method configurations exit 2 with the messa
       {g + "--method qsgd --bits 3", "--method qsgd: qsgd: bits must be 2, 4 or 8, got 3"},
       {g + "--method qsgd --bucket 0", "bucket must be in [1, 2^24), got 0"},
       {g + "--method qsgd --norm l1", "--norm"},
-      {g + "--method powersgd --rank two", "--method powersgd: Could not convert: --rank = two"},
+      {g + "--method powersgd --rank two", "--method powersgd: option rank: 'two' is not a whole number"},
       {g + "--ratio 0.1 --method powersgd", "--ratio"},
       {g + "--method topk --ratio 0", "--method topk: topk: layer 'g': ratio must be in (0, 1], got 0"},
       {g + "--method randk --ratio 1.5", "--method randk: randk: layer 'g': ratio must be in (0, 1], got 1.5"},

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <iostream>
+#include <string_view>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -70,12 +71,6 @@ struct options {
   std::vector<method_group> groups;
 };
 
-std::string method_names() {
-  std::string s;
-  for (const method& m : methods()) s += (s.empty() ? "" : ", ") + std::string(m.name);
-  return s;
-}
-
 /// CLI11's help with our usage line (its own cannot show the --method groups).
 class help_formatter : public CLI::Formatter {
 public:
@@ -102,7 +97,8 @@ std::string methods_help() {
     }
   }
   return s + "\nEvery rank holds the same gradient, so the exact average is the input itself and all the error\n"
-             "is the compressor's. Exit codes: 0 done, 1 other failure, 2 usage error, 3 unusable input file.\n";
+             "is the compressor's. Exit codes: 0 done, 1 other failure, 2 usage error, 3 unusable input file.\n"
+             "`bellows-bench --list-methods` prints the methods' names, one per line.\n";
 }
 
 void add_global_options(CLI::App& app, options& o) {
@@ -153,8 +149,12 @@ void configure(CLI::App& app, options& o) {
 
 /// Splits the command line into global arguments and `--method NAME ...` groups, parses each
 /// group's own options, and hands what a group does not know back to the global parser. Returns
-/// nothing when it printed --help or --version.
+/// nothing when it printed --help, --version or --list-methods.
 std::optional<options> parse(int argc, char** argv) {
+  if (argc == 2 && std::string_view(argv[1]) == "--list-methods") {  // for scripts: the names, one per line
+    for (const method& m : methods()) std::cout << m.name << '\n';
+    return std::nullopt;
+  }
   options o;
   std::vector<std::string> global;
   std::vector<std::vector<std::string>> group_args;
@@ -162,7 +162,8 @@ std::optional<options> parse(int argc, char** argv) {
     const std::string a = argv[i];
     std::string name;
     if (a == "--method") {
-      if (i + 1 == argc) throw usage_error("--method needs a NAME: " + method_names());
+      if (i + 1 == argc)
+        throw usage_error("--method needs a NAME: " + bellows::method_names(bellows::compressor_methods{}));
       name = argv[++i];
     } else if (a.rfind("--method=", 0) == 0) {
       name = a.substr(9);
@@ -171,7 +172,9 @@ std::optional<options> parse(int argc, char** argv) {
       continue;
     }
     const method* m = find_method(name);
-    if (m == nullptr) throw usage_error("unknown method '" + name + "'; methods: " + method_names());
+    if (m == nullptr)
+      throw usage_error("unknown method '" + name +
+                        "'; methods: " + bellows::method_names(bellows::compressor_methods{}));
     o.groups.push_back({m, {}});
     group_args.emplace_back();
   }
@@ -206,7 +209,9 @@ std::optional<options> parse(int argc, char** argv) {
 void check_combinations(const options& o) {
   if (o.backend == "cuda")
     throw usage_error("--backend cuda: not built with CUDA; this bellows-bench has the cpu backend only");
-  if (o.groups.empty()) throw usage_error("no method: give at least one --method NAME (" + method_names() + ")");
+  if (o.groups.empty())
+    throw usage_error("no method: give at least one --method NAME (" +
+                      bellows::method_names(bellows::compressor_methods{}) + ")");
   if (o.files.empty() == o.synthetic.empty())
     throw usage_error(o.files.empty() ? "no input: give .npy files or --synthetic DIST --shape AxB"
                                       : "give either .npy files or --synthetic, not both");

@@ -31,7 +31,9 @@ struct method_list {
 namespace detail {
 
 template <std::uint8_t Id>
-concept filled_slot = requires { typename method_slot<Id>::type; };
+concept filled_slot = requires {
+  typename method_slot<Id>::type;
+};
 
 template <class List, std::uint8_t Id>
 struct append_slot {
@@ -45,7 +47,8 @@ struct append_slot<method_list<Methods...>, Id> {
 
 template <class List, std::size_t Id, std::size_t End>
 struct collect_slots {
-  using type = typename collect_slots<typename append_slot<List, static_cast<std::uint8_t>(Id)>::type, Id + 1, End>::type;
+  using type =
+      typename collect_slots<typename append_slot<List, static_cast<std::uint8_t>(Id)>::type, Id + 1, End>::type;
 };
 template <class List, std::size_t End>
 struct collect_slots<List, End, End> {

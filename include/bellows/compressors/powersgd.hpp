@@ -200,3 +200,7 @@ struct method_slot<powersgd_method::codec.id> {
 };
 
 }  // namespace bellows
+
+#if defined(__CUDACC__)  // the device compressor, for device code that includes the list
+#include "bellows/compressors/powersgd.cuh"
+#endif

@@ -170,3 +170,7 @@ struct method_slot<qsgd_method::codec.id> {
 };
 
 }  // namespace bellows
+
+#if defined(__CUDACC__)  // the device compressor, for device code that includes the list
+#include "bellows/compressors/qsgd.cuh"
+#endif

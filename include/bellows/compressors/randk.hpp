@@ -154,3 +154,7 @@ struct method_slot<randk_method::codec.id> {
 };
 
 }  // namespace bellows
+
+#if defined(__CUDACC__)  // the device compressor, for device code that includes the list
+#include "bellows/compressors/randk.cuh"
+#endif

@@ -132,3 +132,7 @@ struct method_slot<topk_method::codec.id> {
 };
 
 }  // namespace bellows
+
+#if defined(__CUDACC__)  // the device compressor, for device code that includes the list
+#include "bellows/compressors/topk.cuh"
+#endif

@@ -30,6 +30,17 @@ struct method_option {
   bool flag = false;               ///< takes no value: present means on
 };
 
+/// The values of a '|'-separated list of choices, in order.
+[[nodiscard]] inline std::vector<std::string_view> split_choices(std::string_view choices) {
+  std::vector<std::string_view> out;
+  for (std::size_t at = 0; at <= choices.size();) {
+    const std::size_t bar = std::min(choices.find('|', at), choices.size());
+    out.push_back(choices.substr(at, bar - at));
+    at = bar + 1;
+  }
+  return out;
+}
+
 /// Option values by name, as text: what a tool or binding read, for a descriptor's configure().
 /// Besides a method's own options, "seed" keys every random choice (the tools' global seed).
 class method_settings {
@@ -85,11 +96,8 @@ public:
   [[nodiscard]] std::string_view choice(std::string_view name, std::string_view choices,
                                         std::string_view fallback) const {
     const std::string_view v = text(name, fallback);
-    for (std::size_t at = 0; at <= choices.size();) {
-      const std::size_t bar = std::min(choices.find('|', at), choices.size());
-      if (choices.substr(at, bar - at) == v) return v;
-      at = bar + 1;
-    }
+    for (const std::string_view c : split_choices(choices))
+      if (c == v) return v;
     fail("option ", name, ": '", v, "' is not one of ", choices);
   }
 

@@ -12,6 +12,8 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -19,15 +21,12 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include <bellows/collectives/local.hpp>
-#include <bellows/compressors/identity.hpp>
-#include <bellows/compressors/powersgd.hpp>
-#include <bellows/compressors/qsgd.hpp>
-#include <bellows/compressors/randk.hpp>
-#include <bellows/compressors/topk.hpp>
+#include <bellows/compressors/list.hpp>
 #include <bellows/core/error.hpp>
 #include <bellows/cpu/executor.hpp>
 #include <bellows/regime/accordion.hpp>
@@ -86,8 +85,8 @@ static_assert(bellows::Collective<process_group_collective>, "the process group 
 
 /// What the Python State passes down: the compressor family, its two levels, the policy.
 struct hook_config {
-  std::string family = "powersgd";  ///< identity, topk, randk, powersgd, qsgd
-  double low = 4;                   ///< level in critical regimes (rank, ratio or bits)
+  std::string family = "powersgd";  ///< a compressor of compressors/list.hpp
+  double low = 4;                   ///< level in critical regimes (the option its descriptor's `level` names)
   double high = 1;                  ///< level elsewhere (used only with accordion)
   bool accordion = false;           ///< false: `low` always
   float eta = 0.5f;
@@ -105,14 +104,6 @@ std::uint64_t layer_seed(std::uint64_t seed, const std::string& name) {
   std::uint64_t h = 0xCBF29CE484222325ULL;
   for (const char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001B3ULL;
   return seed + 0x9E3779B97F4A7C15ULL * h;
-}
-
-template <class Params>
-void set_feedback(Params& p, const std::string& name) {
-  if (name == "default") return;
-  BELLOWS_EXPECTS(name == "residual" || name == "none",
-                  "bellows_torch: error_feedback must be 'default', 'residual' or 'none', got '", name, "'");
-  p.feedback = name == "residual" ? bellows::feedback::residual : bellows::feedback::none;
 }
 
 /// The type-erased synchronizer of one parameter (a synchronizer with one layer).
@@ -182,14 +173,39 @@ std::unique_ptr<layer_runner> with_detector(const hook_config& cfg, C low, C hig
       std::move(low), std::move(high), bellows::static_policy(bellows::regime::critical), exec, name, shape);
 }
 
-/// Top-k's or rand-k's parameters at one level (a ratio).
-template <class Params>
-Params sparse_params(const hook_config& cfg, double ratio, std::uint64_t seed) {
-  Params p;
-  p.ratio = ratio;
-  p.seed = seed;
-  set_feedback(p, cfg.feedback);
-  return p;
+/// A level as option text: a whole number without a fraction (a rank or bits), else the shortest
+/// text that reads back as the same double.
+std::string level_text(double level) {
+  if (std::isfinite(level) && level == std::floor(level) && std::abs(level) < 9e15)
+    return std::to_string(static_cast<std::int64_t>(level));
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, level);
+  return {buf, end};
+}
+
+template <class M>
+constexpr bool has_option(std::string_view name) {
+  for (const bellows::method_option& o : M::options)
+    if (o.name == name) return true;
+  return false;
+}
+
+/// Method M's parameters at one level, with the configuration's memory, seed and PowerSGD knobs.
+template <class M>
+typename M::params params_at(const hook_config& cfg, double level, std::uint64_t seed) {
+  bellows::method_settings s;
+  s.set("seed", std::to_string(seed));
+  BELLOWS_EXPECTS(cfg.feedback == "default" || cfg.feedback == "residual" || cfg.feedback == "none",
+                  "bellows_torch: error_feedback must be 'default', 'residual' or 'none', got '", cfg.feedback, "'");
+  if (cfg.feedback != "default" && has_option<M>("error-feedback")) s.set("error-feedback", cfg.feedback);
+  if (has_option<M>("min-compression-rate")) s.set("min-compression-rate", level_text(cfg.min_compression_rate));
+  if (has_option<M>("warm-start")) s.set("warm-start", cfg.warm_start ? "true" : "false");
+  if (!M::level.empty()) s.set(M::level, level_text(level));
+  try {
+    return M::configure(s);
+  } catch (const bellows::error& e) {
+    bellows::fail("bellows_torch: ", M::name, " level ", level, ": ", e.what());
+  }
 }
 
 /// The synchronizer of one parameter for a configuration; the hook and reference() both use it.
@@ -197,44 +213,16 @@ std::unique_ptr<layer_runner> make_runner(const hook_config& cfg, bellows::cpu::
                                           const bellows::shape& shape) {
   const std::uint64_t seed = layer_seed(cfg.seed, name);
   const double high = cfg.accordion ? cfg.high : cfg.low;
-  if (cfg.family == "identity")
-    return with_detector(cfg, bellows::identity<>(exec), bellows::identity<>(exec), exec, name, shape);
-  if (cfg.family == "topk")
-    return with_detector(cfg, bellows::topk<>(sparse_params<bellows::topk_params>(cfg, cfg.low, seed), exec),
-                         bellows::topk<>(sparse_params<bellows::topk_params>(cfg, high, seed), exec), exec, name,
-                         shape);
-  if (cfg.family == "randk")
-    return with_detector(cfg, bellows::randk<>(sparse_params<bellows::randk_params>(cfg, cfg.low, seed), exec),
-                         bellows::randk<>(sparse_params<bellows::randk_params>(cfg, high, seed), exec), exec, name,
-                         shape);
-  if (cfg.family == "powersgd") {
-    auto make = [&](double rank) {
-      BELLOWS_EXPECTS(rank >= 1 && rank == static_cast<double>(static_cast<std::size_t>(rank)),
-                      "bellows_torch: a PowerSGD level is a whole rank >= 1, got ", rank);
-      bellows::powersgd_params p;
-      p.rank = static_cast<std::size_t>(rank);
-      p.seed = seed;
-      p.min_compression_rate = cfg.min_compression_rate;
-      p.warm_start = cfg.warm_start;
-      set_feedback(p, cfg.feedback);
-      return p;
-    };
-    return with_detector(cfg, bellows::powersgd<>(make(cfg.low), exec), bellows::powersgd<>(make(high), exec), exec,
-                         name, shape);
-  }
-  if (cfg.family == "qsgd") {
-    auto make = [&](double bits) {
-      bellows::qsgd_params p;
-      p.bits = static_cast<unsigned>(bits);
-      BELLOWS_EXPECTS(static_cast<double>(p.bits) == bits, "bellows_torch: QSGD bits must be 2, 4 or 8, got ", bits);
-      p.seed = seed;
-      set_feedback(p, cfg.feedback);
-      return p;
-    };
-    return with_detector(cfg, bellows::qsgd<>(make(cfg.low), exec), bellows::qsgd<>(make(high), exec), exec, name,
-                         shape);
-  }
-  bellows::fail("bellows_torch: unknown compressor '", cfg.family, "' (identity, topk, randk, powersgd or qsgd)");
+  std::unique_ptr<layer_runner> out;
+  const bool known = bellows::visit_method(bellows::compressor_methods{}, cfg.family, [&](auto m) {
+    using M = typename decltype(m)::type;
+    out = with_detector(cfg, M::make(params_at<M>(cfg, cfg.low, seed), exec),
+                        M::make(params_at<M>(cfg, high, seed), exec), exec, name, shape);
+  });
+  if (!known)
+    bellows::fail("bellows_torch: unknown compressor '", cfg.family, "' (",
+                  bellows::method_names(bellows::compressor_methods{}), ")");
+  return out;
 }
 
 bellows::shape shape_of(at::IntArrayRef sizes) {
@@ -462,5 +450,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("query", &hook_state::query)
       .def("rebuilds", &hook_state::rebuilds);
   m.def("reference", &reference);
+  m.def("default_level", [](const std::string& family) {
+    double level = 0;  // identity: no level
+    const bool known = bellows::visit_method(bellows::compressor_methods{}, family, [&](auto m) {
+      using M = typename decltype(m)::type;
+      for (const bellows::method_option& o : M::options)
+        if (o.name == M::level) std::from_chars(o.fallback.data(), o.fallback.data() + o.fallback.size(), level);
+    });
+    if (!known) bellows::fail("bellows_torch: unknown compressor '", family, "'");
+    return level;
+  });
+  m.def("families", [] {
+    std::vector<std::string> names;
+    bellows::for_each_method(bellows::compressor_methods{},
+                             [&](auto m) { names.emplace_back(decltype(m)::type::name); });
+    return names;
+  });
   py::register_exception<bellows::error>(m, "BellowsError", PyExc_RuntimeError);
 }
