@@ -207,6 +207,44 @@ TEST_CASE("signsgd: the scalar and AVX2 encode kernels give the same bits") {
   }
 }
 
+TEST_CASE("signsgd: the scalar and AVX2 decode kernels give the same bits") {
+#if BELLOWS_X86_VERSIONS
+  if (!__builtin_cpu_supports("avx2")) return;
+  using bellows::cpu::detail::decode_mode;
+  const std::size_t n = 96;
+  std::vector<std::uint8_t> signs(n / 8);
+  for (std::size_t k = 0; k < signs.size(); ++k) signs[k] = static_cast<std::uint8_t>(37 * k + 11);
+  const std::vector<float> m = data(n, 8);
+  const auto both = [&]<decode_mode Mode>(float s) {
+    std::vector<float> a = data(n, 9), b = a;
+    bellows::cpu::detail::decode_bytes_scalar<Mode>(signs.data(), 8, n, s, a.data() + 8, m.data() + 8);
+    bellows::cpu::detail::decode_bytes_avx2<Mode>(signs.data(), 8, n, s, b.data() + 8, m.data() + 8);
+    return same_bits(a, b);
+  };
+  for (float s : {0.0f, 0.75f, 3e38f}) {
+    CAPTURE(s);
+    CHECK(both.operator()<decode_mode::write>(s));
+    CHECK(both.operator()<decode_mode::first>(s));
+    CHECK(both.operator()<decode_mode::add>(s));
+    CHECK(both.operator()<decode_mode::residual>(s));
+  }
+#endif
+}
+
+TEST_CASE("signsgd: a zero scale with sign bits set decodes to -0.0; the average sums it from +0") {
+  // No encoder sends this (a bucket of zeros has no negative element), but the format allows it.
+  bellows::cpu::executor exec(1);
+  const bellows::sign_layout l{0, 8};
+  const std::vector<float> scales = {0.0f};
+  const std::vector<std::uint8_t> signs = {0xFF};
+  const bellows::sign_arrays part{scales, signs};
+  std::vector<float> out(8, 5.0f);
+  bellows::cpu::sign_average(exec, {&part, 1}, l, out);
+  for (float x : out) CHECK(std::bit_cast<std::uint32_t>(x) == 0u);  // 0.0f + -0.0f is +0
+  bellows::cpu::sign_decode(exec, part, l, out, false);
+  for (float x : out) CHECK(std::bit_cast<std::uint32_t>(x) == 0x80000000u);
+}
+
 TEST_CASE("signsgd: reduce over 1, 2 and 3 ranks equals the reference: averages, memories, steps") {
   for (std::size_t w : {1u, 2u, 3u})
     for (std::size_t n : sizes)

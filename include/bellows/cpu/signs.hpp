@@ -14,7 +14,7 @@
 //    non-finite (so can a float lane that overflows).
 //  - sign bit i = (p_i < 0): +0, -0, positive values and NaN give 0.
 //  - decoded value = the scale with its sign bit flipped when the element's bit is 1.
-// The explicit AVX2 paths (sums and sign packing) compute the same lanes in the same order as
+// The explicit AVX2 paths (sums, sign packing, decoding) compute the same lanes in the same order as
 // the scalar ones; tasks are fixed ranges of buckets or elements, so results depend neither on
 // the thread count nor on the instruction set.
 #pragma once
@@ -31,7 +31,6 @@
 #include "bellows/core/error.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
-#include "bellows/cpu/isa.hpp"
 #include "bellows/plan/signs.hpp"
 
 #if BELLOWS_X86_VERSIONS
@@ -181,25 +180,96 @@ inline void for_bucket_pieces(const sign_layout& l, std::size_t lo, std::size_t 
   }
 }
 
-/// Calls op(i, value) for the decoded values of elements [a, e), all of one bucket of scale s:
-/// whole bytes eight elements at a time (a loop the compiler vectorises), the edges one by one.
-template <class Op>
-inline void for_decoded(const std::uint8_t* signs, std::size_t a, std::size_t e, float s, Op&& op) {
-  const std::size_t first = std::min(e, (a + 7) / 8 * 8), last = std::max(first, e / 8 * 8);
-  const auto one = [&](std::size_t i) { op(i, signed_scale(s, (std::uint32_t{signs[i / 8]} >> (i % 8)) & 1u)); };
-  for (std::size_t i = a; i < first; ++i) one(i);
-  for (std::size_t i = first; i < last; i += 8) {
-    const std::uint32_t byte = signs[i / 8];
-    for (std::uint32_t t = 0; t < 8; ++t) op(i + t, signed_scale(s, (byte >> t) & 1u));
-  }
-  for (std::size_t i = last; i < e; ++i) one(i);
+/// What a decode pass does with value v of an element: out = v, out = 0.0f + v (the first term
+/// of a sum from 0.0f: -0.0 becomes +0), out += v, or out = m - v.
+enum class decode_mode { write, first, add, residual };
+
+template <decode_mode Mode>
+inline void decode_one(float* out, const float* m, std::size_t k, float v) noexcept {
+  if constexpr (Mode == decode_mode::write)
+    out[k] = v;
+  else if constexpr (Mode == decode_mode::first)
+    out[k] = 0.0f + v;
+  else if constexpr (Mode == decode_mode::add)
+    out[k] += v;
+  else
+    out[k] = m[k] - v;
 }
 
-/// Calls op(i, value) for every element of [lo, hi) decoded from one payload's arrays.
-template <class Op>
-inline void decode_range(const sign_arrays& p, const sign_layout& l, std::size_t lo, std::size_t hi, Op&& op) {
+/// Elements [i0, i1) (multiples of 8) of one bucket of scale s, a byte of signs at a time; out
+/// and m point at element i0.
+template <decode_mode Mode>
+inline void decode_bytes_scalar(const std::uint8_t* signs, std::size_t i0, std::size_t i1, float s, float* out,
+                                const float* m) noexcept {
+  for (std::size_t i = i0; i < i1; i += 8) {
+    const std::uint32_t byte = signs[i / 8];
+    for (std::uint32_t t = 0; t < 8; ++t) decode_one<Mode>(out, m, i - i0 + t, signed_scale(s, (byte >> t) & 1u));
+  }
+}
+
+#if BELLOWS_X86_VERSIONS
+/// decode_bytes_scalar in AVX2's vectors: a byte's eight bits spread to eight lanes' sign bits,
+/// XOR-ed into the scale; the same sums and differences, one rounding each.
+template <decode_mode Mode>
+[[gnu::target("avx2")]] inline void decode_bytes_avx2(const std::uint8_t* signs, std::size_t i0, std::size_t i1,
+                                                      float s, float* out, const float* m) noexcept {
+  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256 scale = _mm256_set1_ps(s);
+  for (std::size_t i = i0; i < i1; i += 8) {
+    const __m256i set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(signs[i / 8]), bit), bit);
+    const __m256 v = _mm256_xor_ps(scale, _mm256_castsi256_ps(_mm256_slli_epi32(set, 31)));
+    float* o = out + (i - i0);
+    if constexpr (Mode == decode_mode::write)
+      _mm256_storeu_ps(o, v);
+    else if constexpr (Mode == decode_mode::first)
+      _mm256_storeu_ps(o, _mm256_add_ps(_mm256_setzero_ps(), v));
+    else if constexpr (Mode == decode_mode::add)
+      _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), v));
+    else
+      _mm256_storeu_ps(o, _mm256_sub_ps(_mm256_loadu_ps(m + (i - i0)), v));
+  }
+}
+#endif
+
+/// Whether the AVX2 decode runs here (checked once).
+[[nodiscard]] inline bool decode_avx2() noexcept {
+#if BELLOWS_X86_VERSIONS
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+#else
+  return false;
+#endif
+}
+
+/// Elements [a, e), all of one bucket of scale s: whole bytes eight elements at a time, the
+/// edges one by one. out and m (used by `residual` only) point at element a.
+template <decode_mode Mode>
+inline void decode_piece(const std::uint8_t* signs, std::size_t a, std::size_t e, float s, float* out, const float* m,
+                         bool avx2) noexcept {
+  const std::size_t first = std::min(e, (a + 7) / 8 * 8), last = std::max(first, e / 8 * 8);
+  const auto one = [&](std::size_t i) {
+    decode_one<Mode>(out, m, i - a, signed_scale(s, (std::uint32_t{signs[i / 8]} >> (i % 8)) & 1u));
+  };
+  for (std::size_t i = a; i < first; ++i) one(i);
+  if (first < last) {
+#if BELLOWS_X86_VERSIONS
+    if (avx2)
+      decode_bytes_avx2<Mode>(signs, first, last, s, out + (first - a), m + (first - a));
+    else
+#endif
+      decode_bytes_scalar<Mode>(signs, first, last, s, out + (first - a), m + (first - a));
+  }
+  for (std::size_t i = last; i < e; ++i) one(i);
+  (void)avx2;
+}
+
+/// Elements [lo, hi) decoded from one payload's arrays into out (pointing at element lo), with
+/// m (pointing at element lo) for `residual`.
+template <decode_mode Mode>
+inline void decode_range(const sign_arrays& p, const sign_layout& l, std::size_t lo, std::size_t hi, float* out,
+                         const float* m, bool avx2) noexcept {
   for_bucket_pieces(l, lo, hi, [&](std::size_t a, std::size_t e, std::size_t b) {
-    for_decoded(p.signs.data(), a, e, p.scales[b], op);
+    decode_piece<Mode>(p.signs.data(), a, e, p.scales[b], out + (a - lo), m == nullptr ? nullptr : m + (a - lo), avx2);
   });
 }
 
@@ -248,14 +318,12 @@ inline bool sign_encode(executor& exec, std::span<const float> in, const sign_la
 inline void sign_decode(executor& exec, const sign_arrays& p, const sign_layout& l, std::span<float> out,
                         bool accumulate) {
   bellows::detail::check_signs("sign_decode", l, out.size(), p.scales.size(), p.signs.size());
-  float* o = out.data();
+  const bool avx2 = detail::decode_avx2();
   exec.for_chunks(l.n, detail::sign_task, [&](std::size_t lo, std::size_t hi) {
-    run_widest([&] {
-      if (accumulate)
-        detail::decode_range(p, l, lo, hi, [o](std::size_t i, float v) { o[i] += v; });
-      else
-        detail::decode_range(p, l, lo, hi, [o](std::size_t i, float v) { o[i] = v; });
-    });
+    if (accumulate)
+      detail::decode_range<detail::decode_mode::add>(p, l, lo, hi, out.data() + lo, nullptr, avx2);
+    else
+      detail::decode_range<detail::decode_mode::write>(p, l, lo, hi, out.data() + lo, nullptr, avx2);
   });
 }
 
@@ -264,34 +332,32 @@ inline void sign_residual(executor& exec, const sign_arrays& p, const sign_layou
                           std::span<float> e) {
   bellows::detail::check_signs("sign_residual", l, m.size(), p.scales.size(), p.signs.size());
   BELLOWS_EXPECTS(e.size() == m.size(), "sign_residual: memory of ", e.size(), " for ", m.size(), " values");
-  const float* mm = m.data();
-  float* ee = e.data();
+  const bool avx2 = detail::decode_avx2();
   exec.for_chunks(l.n, detail::sign_task, [&](std::size_t lo, std::size_t hi) {
-    run_widest([&] { detail::decode_range(p, l, lo, hi, [mm, ee](std::size_t i, float v) { ee[i] = mm[i] - v; }); });
+    detail::decode_range<detail::decode_mode::residual>(p, l, lo, hi, e.data() + lo, m.data() + lo, avx2);
   });
 }
 
 /// out = (1/W) * the sum, in payload order from 0.0f, of the decoded values of W payloads
 /// (W = parts.size() >= 1), the division as QSGD's average_dequantize does it
-/// (detail::divide_by_count): each tile of `average_tile` elements is summed on the stack, rank
-/// by rank, divided and written once. Scales must be finite and >= 0.
+/// (detail::divide_by_count). One pass over `out`: each block of `average_tile` elements (16 KiB,
+/// which stays in the first-level cache) gets 0.0f + payload 0's values, then the other
+/// payloads' added in order, then the division. Scales must be finite and >= 0.
 inline void sign_average(executor& exec, std::span<const sign_arrays> parts, const sign_layout& l,
                          std::span<float> out) {
   BELLOWS_EXPECTS(!parts.empty(), "sign_average: no payload to average");
   for (const sign_arrays& p : parts)
     bellows::detail::check_signs("sign_average", l, out.size(), p.scales.size(), p.signs.size());
+  const bool avx2 = detail::decode_avx2();
   exec.for_chunks(l.n, detail::sign_task, [&](std::size_t lo, std::size_t hi) {
-    run_widest([&] {
-      alignas(64) float tile[average_tile];
-      for (std::size_t t0 = lo; t0 < hi; t0 += average_tile) {
-        const std::size_t t1 = std::min(hi, t0 + average_tile), len = t1 - t0;
-        std::fill(tile, tile + len, 0.0f);
-        for (const sign_arrays& p : parts)
-          detail::decode_range(p, l, t0, t1, [&tile, t0](std::size_t i, float v) { tile[i - t0] += v; });
-        detail::divide_by_count(tile, len, parts.size());
-        std::copy(tile, tile + len, out.data() + t0);
-      }
-    });
+    for (std::size_t t0 = lo; t0 < hi; t0 += average_tile) {
+      const std::size_t t1 = std::min(hi, t0 + average_tile);
+      float* block = out.data() + t0;
+      detail::decode_range<detail::decode_mode::first>(parts[0], l, t0, t1, block, nullptr, avx2);
+      for (std::size_t r = 1; r < parts.size(); ++r)
+        detail::decode_range<detail::decode_mode::add>(parts[r], l, t0, t1, block, nullptr, avx2);
+      detail::divide_by_count(block, t1 - t0, parts.size());
+    }
   });
 }
 
