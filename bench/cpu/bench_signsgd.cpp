@@ -58,7 +58,8 @@ void signsgd_average(benchmark::State& state) {
   const bellows::sign_layout layout{static_cast<std::size_t>(state.range(1)), f.grad.size()};
   std::vector<float> scales(layout.buckets());
   std::vector<std::uint8_t> signs(layout.sign_bytes());
-  (void)bellows::cpu::sign_encode(f.one_thread, f.grad, layout, scales, signs);
+  std::vector<float> workspace(bellows::cpu::sign_workspace(layout));
+  (void)bellows::cpu::sign_encode(f.one_thread, f.grad, layout, scales, signs, workspace);
   const bellows::sign_arrays part{scales, signs};
   std::vector<float> out(f.grad.size(), 0.0f);
   bellows::bench::run_against_floor(state, f.grad, [&] {

@@ -23,6 +23,7 @@
 #include <variant>
 #include <vector>
 
+#include "../support/allocation_counter.hpp"
 #include "../support/random.hpp"
 
 namespace {
@@ -187,6 +188,24 @@ TEST_CASE("signsgd: payload bytes and scales equal the reference for every size,
         CHECK(same_bits(acc, expect));
       }
     }
+}
+
+TEST_CASE("signsgd: buckets longer than a task (2^16 elements) equal the reference") {
+  bellows::cpu::executor one(1), two(2);
+  const std::size_t n = 200001;
+  for (std::size_t bucket : {std::size_t{0}, std::size_t{65537}, std::size_t{70000}, std::size_t{131072}}) {
+    CAPTURE(bucket);
+    const std::vector<float> p = data(n, bucket);
+    const ref::payload want = ref::encode(p, bucket);
+    for (bellows::cpu::executor* exec : {&one, &two}) {
+      const bellows::signsgd<> c({.bucket = bucket}, *exec);
+      const auto st = c.make_state(layer(n));
+      storage buf(c.max_payload_bytes(st));
+      const auto got = c.encode(st, p, buf.bytes(), 0);
+      REQUIRE(got.size() == want.bytes.size());
+      CHECK(std::memcmp(got.data(), want.bytes.data(), got.size()) == 0);
+    }
+  }
 }
 
 TEST_CASE("signsgd: the scalar and AVX2 encode kernels give the same bits") {
@@ -561,5 +580,24 @@ TEST_CASE("signsgd: the method descriptor") {
     std::vector<float> g = data(130, 2);
     bellows::archetypes::collective solo;
     CHECK(c.reduce(st, g, solo).status == step_status::ok);
+  }
+}
+
+TEST_CASE("signsgd: steady-state steps allocate nothing, long buckets included") {
+  for (std::size_t bucket : {std::size_t{0}, std::size_t{64}, std::size_t{70000}}) {
+    CAPTURE(bucket);
+    bellows::cpu::executor exec(2);
+    local_group group(2);
+    std::atomic<int> clean{0};
+    group.run([&](local& comm) {
+      bellows::signsgd<> c({.bucket = bucket}, exec);
+      auto st = c.make_state(layer(150000));  // one bucket of 150000, or two of 70000 and one short
+      std::vector<float> x = data(150000, comm.rank());
+      for (int s = 0; s < 2; ++s) (void)c.reduce(st, x, comm);  // warm-up grows the buffers
+      const std::size_t before = bellows::testing::allocations;
+      for (int s = 0; s < 3; ++s) (void)c.reduce(st, x, comm);
+      if (bellows::testing::allocations == before) ++clean;
+    });
+    CHECK(clean == 2);
   }
 }

@@ -49,6 +49,7 @@ public:
     gather_buffer gathered;
     std::vector<sign_arrays> parts;  ///< every rank's validated arrays, for the average
     std::vector<float> compensated;  ///< m = g + e, when there is a memory
+    std::vector<float> chunk_sums;   ///< cpu::sign_workspace floats for the scales of long buckets
   };
 
   /// Raises bellows::error for a bucket of 2^32 elements or more.
@@ -62,6 +63,7 @@ public:
     st.memory = error_memory(params().feedback, layer.size());
     if (st.memory.enabled()) st.compensated.assign(layer.size(), 0.0f);
     st.payload.assign((max_payload_bytes(st) + 7) / 8, 0);
+    st.chunk_sums.resize(cpu::sign_workspace(layout(st)));
     return st;
   }
 
@@ -74,12 +76,13 @@ public:
                     "with feedback ", to_string(st.memory.kind()), ", used by a compressor with feedback ",
                     to_string(params().feedback));
     if (st.payload.size() * 8 < max_payload_bytes(st)) st.payload.resize((max_payload_bytes(st) + 7) / 8);
+    if (st.chunk_sums.size() < cpu::sign_workspace(layout(st))) st.chunk_sums.resize(cpu::sign_workspace(layout(st)));
     std::span<const float> m = inout;
     if (st.memory.enabled()) {
       add(*exec_, st.compensated, inout, st.memory.values());
       m = st.compensated;
     }
-    const std::span<std::byte> mine = encode(st, m, std::as_writable_bytes(std::span(st.payload)), coll.rank());
+    const std::span<std::byte> mine = encode_with(st, m, std::as_writable_bytes(std::span(st.payload)), st.chunk_sums);
     const step_status status = detail::gather_average(
         mine, inout, coll, st.gathered, st.parts,
         [&](std::span<const std::byte> block, sign_arrays& part) {
@@ -102,23 +105,13 @@ public:
   [[nodiscard]] std::size_t max_payload_bytes(const state& st) const { return format_.payload_bytes(st.layer.size()); }
 
   /// This rank's payload for `in` (m = g + e when the caller keeps a memory), written into `out`
-  /// (8-byte aligned, max_payload_bytes long). No randomness: `rank` is not used.
+  /// (8-byte aligned, max_payload_bytes long). No randomness: `rank` is not used. A layer with
+  /// buckets of more than 2^16 elements allocates its chunk sums here (reduce uses the state's).
   [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in, std::span<std::byte> out,
                                             std::size_t rank = 0) const {
     (void)rank;
-    check_size(st, in.size());
-    const sign_layout l = layout(st);
-    wire::header h = format_.header(l.n);
-    wire::writer w(out, h);
-    const std::span<float> scales = w.array<float>(l.buckets());
-    const std::span<std::uint8_t> signs = w.array<std::uint8_t>(l.sign_bytes());
-    const bool finite = cpu::sign_encode(*exec_, in, l, scales, signs);
-    const std::span<std::byte> payload = w.finish();
-    if (!finite) {  // the writer wrote the header when it finished: set the flag there
-      h.flags |= wire::flag::non_finite;
-      std::memcpy(payload.data(), &h, wire::header_bytes);
-    }
-    return payload;
+    std::vector<float> workspace(cpu::sign_workspace(layout(st)));
+    return encode_with(st, in, out, workspace);
   }
 
   [[nodiscard]] step_status validate(const state& st, std::span<const std::byte> payload) const {
@@ -148,6 +141,23 @@ public:
 
 private:
   [[nodiscard]] sign_layout layout(const state& st) const noexcept { return format_.layout(st.layer.size()); }
+
+  [[nodiscard]] std::span<std::byte> encode_with(const state& st, std::span<const float> in, std::span<std::byte> out,
+                                                 std::span<float> workspace) const {
+    check_size(st, in.size());
+    const sign_layout l = layout(st);
+    wire::header h = format_.header(l.n);
+    wire::writer w(out, h);
+    const std::span<float> scales = w.array<float>(l.buckets());
+    const std::span<std::uint8_t> signs = w.array<std::uint8_t>(l.sign_bytes());
+    const bool finite = cpu::sign_encode(*exec_, in, l, scales, signs, workspace);
+    const std::span<std::byte> payload = w.finish();
+    if (!finite) {  // the writer wrote the header when it finished: set the flag there
+      h.flags |= wire::flag::non_finite;
+      std::memcpy(payload.data(), &h, wire::header_bytes);
+    }
+    return payload;
+  }
 
   static void check_size(const state& st, std::size_t n) { detail::signsgd_format::check_size(st.layer, n); }
 

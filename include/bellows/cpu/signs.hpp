@@ -26,7 +26,6 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
-#include <vector>
 
 #include "bellows/core/error.hpp"
 #include "bellows/cpu/elementwise.hpp"
@@ -275,15 +274,23 @@ inline void decode_range(const sign_arrays& p, const sign_layout& l, std::size_t
 
 }  // namespace detail
 
+/// Floats of the workspace sign_encode needs for a layout: the chunk sums of buckets longer than
+/// one task (2^16 elements), 0 for shorter ones.
+[[nodiscard]] inline std::size_t sign_workspace(const sign_layout& l) noexcept {
+  return l.bucket_length() > detail::sign_task ? l.buckets() * l.chunks_per_bucket() : 0;
+}
+
 /// Encodes `in` into one scale per bucket and the packed sign bits, as the header fixes them.
 /// Returns false when some scale is not finite (the input held NaN or Inf, or a lane's float sum
 /// overflowed): the caller must then flag the payload. Tasks are groups of whole buckets of at
-/// most 2^16 elements, or pieces of 2^16 elements of a larger bucket (whose chunk sums are then
-/// kept in a vector allocated here and added per bucket afterwards), so the result depends
-/// neither on the thread count nor on the instruction set.
+/// most 2^16 elements, or pieces of 2^16 elements of a larger bucket, whose chunk sums are then
+/// kept in `workspace` (sign_workspace(l) floats at least) and added per bucket afterwards; so
+/// the result depends neither on the thread count nor on the instruction set. No allocation.
 inline bool sign_encode(executor& exec, std::span<const float> in, const sign_layout& l, std::span<float> scales,
-                        std::span<std::uint8_t> signs) {
+                        std::span<std::uint8_t> signs, std::span<float> workspace) {
   bellows::detail::check_signs("sign_encode", l, in.size(), scales.size(), signs.size());
+  BELLOWS_EXPECTS(workspace.size() >= sign_workspace(l), "sign_encode: workspace of ", workspace.size(),
+                  " floats where ", sign_workspace(l), " are needed");
   const std::size_t buckets = l.buckets(), len = l.bucket_length();
   if (buckets == 0) return true;
   const detail::sign_encoders& k = detail::sign_encoders_for_this_cpu();
@@ -299,16 +306,16 @@ inline bool sign_encode(executor& exec, std::span<const float> in, const sign_la
   } else {
     const std::size_t per_bucket = l.chunks_per_bucket();
     const std::size_t pieces = (per_bucket + detail::sign_chunks_per_task - 1) / detail::sign_chunks_per_task;
-    std::vector<float> sums(buckets * per_bucket);
+    float* sums = workspace.data();
     exec.parallel_for(buckets * pieces, [&](std::size_t t) {
       const std::size_t b = t / pieces, piece = t % pieces;
       const std::size_t lo = l.begin(b) + piece * detail::sign_task, hi = std::min(l.end(b), lo + detail::sign_task);
       if (lo < hi)
-        detail::encode_range(in.data(), l.n, lo, hi,
-                             sums.data() + b * per_bucket + piece * detail::sign_chunks_per_task, signs.data(), k);
+        detail::encode_range(in.data(), l.n, lo, hi, sums + b * per_bucket + piece * detail::sign_chunks_per_task,
+                             signs.data(), k);
     });
     for (std::size_t b = 0; b < buckets; ++b)
-      scales[b] = detail::scale_from_sums(sums.data() + b * per_bucket, l.end(b) - l.begin(b));
+      scales[b] = detail::scale_from_sums(sums + b * per_bucket, l.end(b) - l.begin(b));
   }
   return std::ranges::all_of(scales, [](float s) { return std::isfinite(s); });
 }
