@@ -193,7 +193,8 @@ TEST_CASE("signsgd: payload bytes and scales equal the reference for every size,
 TEST_CASE("signsgd: buckets longer than a task (2^16 elements) equal the reference") {
   bellows::cpu::executor one(1), two(2);
   const std::size_t n = 200001;
-  for (std::size_t bucket : {std::size_t{0}, std::size_t{65537}, std::size_t{70000}, std::size_t{131072}}) {
+  for (std::size_t bucket :
+       {std::size_t{0}, std::size_t{65537}, std::size_t{70000}, std::size_t{131072}, std::size_t{1} << 20}) {
     CAPTURE(bucket);
     const std::vector<float> p = data(n, bucket);
     const ref::payload want = ref::encode(p, bucket);

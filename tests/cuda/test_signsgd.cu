@@ -64,6 +64,7 @@ TEST_CASE("cuda signsgd: every rank's average, memory and step equal the CPU's, 
       {5000, {.bucket = 0, .feedback = feedback::residual}, true},      // one bucket of 5 chunks
       {3000, {.bucket = 2048, .feedback = feedback::residual}, false},  // 2 and 1 chunks
       {1025, {.bucket = 1024, .feedback = feedback::scaled}, false},
+      {500, {.bucket = 100000, .feedback = feedback::residual}, true},  // a bucket longer than the layer
   };
   const std::size_t w = ranks();
   for (const config& c : configs) {
