@@ -251,12 +251,13 @@ inline void decode_piece(const std::uint8_t* signs, std::size_t a, std::size_t e
   };
   for (std::size_t i = a; i < first; ++i) one(i);
   if (first < last) {
+    const float* mm = Mode == decode_mode::residual ? m + (first - a) : nullptr;  // m is null otherwise
 #if BELLOWS_X86_VERSIONS
     if (avx2)
-      decode_bytes_avx2<Mode>(signs, first, last, s, out + (first - a), m + (first - a));
+      decode_bytes_avx2<Mode>(signs, first, last, s, out + (first - a), mm);
     else
 #endif
-      decode_bytes_scalar<Mode>(signs, first, last, s, out + (first - a), m + (first - a));
+      decode_bytes_scalar<Mode>(signs, first, last, s, out + (first - a), mm);
   }
   for (std::size_t i = last; i < e; ++i) one(i);
   (void)avx2;
