@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+// What EF-signSGD is on every backend: its checked parameters, a layer's sign layout, the payload
+// (header, scales, sign bits, padding) with its complete validation, and its traffic. The CPU
+// compressor (compressors/signsgd.hpp) and the device one (compressors/signsgd.cuh) both build on it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+
+#include "bellows/compressors/signsgd_types.hpp"
+#include "bellows/core/error.hpp"
+#include "bellows/core/shape.hpp"
+#include "bellows/core/traffic.hpp"
+#include "bellows/core/wire.hpp"
+#include "bellows/plan/signs.hpp"
+
+namespace bellows::detail {
+
+class signsgd_format {
+public:
+  /// Raises bellows::error for a bucket of 2^32 elements or more (the header's param holds it
+  /// in 32 bits) or an unknown feedback kind.
+  explicit signsgd_format(const signsgd_params& params) : params_(params) {
+    BELLOWS_EXPECTS(params.bucket <= std::numeric_limits<std::uint32_t>::max(),
+                    "signsgd: bucket must be below 2^32 (0: the whole layer), got ", params.bucket);
+    BELLOWS_EXPECTS(params.feedback == feedback::none || params.feedback == feedback::residual ||
+                        params.feedback == feedback::scaled,
+                    "signsgd: unknown feedback kind ", static_cast<unsigned>(params.feedback));
+  }
+
+  [[nodiscard]] const signsgd_params& params() const noexcept { return params_; }
+
+  /// Raises bellows::error when a buffer of n elements does not fit the layer.
+  static void check_size(const layer_info& layer, std::size_t n) {
+    BELLOWS_EXPECTS(n == layer.size(), "signsgd: layer '", layer.name, "' of shape ", layer.shape.to_string(), " has ",
+                    layer.size(), " elements, the buffer ", n);
+  }
+
+  [[nodiscard]] sign_layout layout(std::size_t n) const noexcept { return {params_.bucket, n}; }
+  /// The header's param field: the bucket parameter as given (0: the whole layer).
+  [[nodiscard]] std::uint32_t param() const noexcept { return static_cast<std::uint32_t>(params_.bucket); }
+
+  /// Where the sign bytes start in a payload for n elements (the scales start right after the header).
+  [[nodiscard]] std::size_t signs_offset(std::size_t n) const {
+    return wire::header_bytes + wire::array_end<float>(0, layout(n).buckets());
+  }
+  /// Bytes of a payload for n elements: every payload of a layer has this size.
+  [[nodiscard]] std::size_t payload_bytes(std::size_t n) const {
+    const sign_layout l = layout(n);
+    return wire::payload_bytes(wire::array_end<std::uint8_t>(wire::array_end<float>(0, l.buckets()), l.sign_bytes()));
+  }
+  /// The header of a payload for n elements from finite input.
+  [[nodiscard]] wire::header header(std::size_t n) const {
+    wire::header h{};
+    h.codec = signsgd_method::codec.id;
+    h.n = n;
+    h.count = layout(n).buckets();
+    h.param = param();
+    h.body_bytes = payload_bytes(n) - wire::header_bytes;
+    return h;
+  }
+
+  /// What one rank sends for a layer of n elements: the payload's bytes, its B scales and n
+  /// signs as values, and n elements kept (a dense method), as QSGD reports.
+  [[nodiscard]] traffic sent(std::size_t n) const { return {payload_bytes(n), layout(n).buckets() + n, n}; }
+
+  /// Validates a payload completely (header against the layer and these parameters, array
+  /// sizes, padding, the unused bits of the last sign byte, and, unless flagged, every scale
+  /// finite and >= 0); raises wire_error naming what is wrong. Returns its reader, positioned
+  /// after the arrays.
+  [[nodiscard]] wire::reader check(const layer_info& layer, std::span<const std::byte> payload) const {
+    const sign_layout l = layout(layer.size());
+    wire::reader r(payload, signsgd_method::codec);
+    const wire::header& h = r.head();
+    if (h.n != l.n || h.count != l.buckets() || h.param != param() || (h.flags & wire::flag::index64))
+      fail<wire_error>("signsgd: payload for ", h.n, " elements in ", h.count, " buckets (bucket parameter ", h.param,
+                       ", flags ", unsigned{h.flags}, ") where layer '", layer.name, "' has ", l.n, " in ", l.buckets(),
+                       " (bucket parameter ", param(), ")");
+    const std::span<const float> scales = r.array<float>(h.count);
+    const std::span<const std::uint8_t> signs = r.array<std::uint8_t>(l.sign_bytes());
+    r.finish();
+    if (const std::size_t used = l.n % 8; used != 0 && (signs.back() >> used) != 0)
+      fail<wire_error>("signsgd: unused bits of the last sign byte are not zero");
+    if (!(h.flags & wire::flag::non_finite))
+      for (std::size_t b = 0; b < scales.size(); ++b)
+        if (!(scales[b] >= 0.0f && scales[b] <= std::numeric_limits<float>::max()))
+          fail<wire_error>("signsgd: scale ", scales[b], " of bucket ", b, " is not a finite number >= 0");
+    return r;
+  }
+
+  /// The arrays of a payload that check() accepted.
+  [[nodiscard]] sign_arrays arrays(const layer_info& layer, std::span<const std::byte> payload) const {
+    const sign_layout l = layout(layer.size());
+    wire::reader r(payload, signsgd_method::codec);
+    const std::span<const float> scales = r.array<float>(l.buckets());
+    return {scales, r.array<std::uint8_t>(l.sign_bytes())};
+  }
+
+private:
+  signsgd_params params_;
+};
+
+}  // namespace bellows::detail

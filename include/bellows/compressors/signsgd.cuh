@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: Apache-2.0
+// EF-signSGD on the device: signsgd<cuda::executor>, the compressor of compressors/signsgd.hpp
+// with its state, payloads and arithmetic in device memory, exchanged through a
+// DeviceCollective (collectives::nccl). Every rank's result, error memory and payload bytes are
+// those of signsgd<cpu::executor> for the same inputs, bit for bit: the same payload format
+// (detail::signsgd_format) and every sum and quotient rounded in the CPU's order.
+//
+// One step, all on the executor's stream (the collective's too):
+//   m = g + e (with a memory) -> scales and sign bits into this rank's slot -> header, padding
+//   -> allgather of the slots -> validation of every payload on the device (one verdict per rank)
+//   -> the verdicts copied back: the one wait of the step, since reduce returns the status
+//   -> when every payload is good and finite: the average of the decoded payloads into g, and
+//      e = m - (this rank's decoded payload), in one kernel, enqueued and not waited for.
+// A malformed payload raises wire_error with the message the CPU's validation gives for it
+// (cuda::payload_slots copies it back for detail::signsgd_format::check), naming the rank.
+// feedback::scaled keeps a memory that acts as residual here (the device compressors do not rescale).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "bellows/compressors/detail/device_state.cuh"
+#include "bellows/compressors/detail/signsgd_format.hpp"
+#include "bellows/compressors/signsgd.hpp"
+#include "bellows/concepts.hpp"
+#include "bellows/core/checkpoint.hpp"
+#include "bellows/core/error.hpp"
+#include "bellows/core/wire.hpp"
+#include "bellows/cuda/buffer.cuh"
+#include "bellows/cuda/check.cuh"
+#include "bellows/cuda/elementwise.cuh"
+#include "bellows/cuda/executor.cuh"
+#include "bellows/cuda/launch.cuh"
+#include "bellows/cuda/payload_slots.cuh"
+#include "bellows/cuda/signs.cuh"
+#include "bellows/cuda/transfer.cuh"
+
+namespace bellows::cuda::detail {
+
+/// Writes the header `h` at the start of `payload`, flagged non-finite when *non_finite, and
+/// zeroes the body's padding, bytes [pad, end). One thread.
+__global__ void finish_sign_payload_kernel(std::byte* payload, wire::header h, const unsigned* non_finite,
+                                           std::size_t pad, std::size_t end) {
+  if (*non_finite != 0) h.flags |= wire::flag::non_finite;
+  *reinterpret_cast<wire::header*>(payload) = h;
+  for (std::size_t i = pad; i < end; ++i) payload[i] = std::byte{0};
+}
+
+/// Validates `ranks` payloads, slot r holding rank r's, against the header `want` as
+/// signsgd_format::check does: header fields, the padding after the sign bytes, the unused bits
+/// of the last sign byte and, unless flagged non-finite, every scale finite and >= 0. Item j of
+/// a rank is its scale j, item `want.count` its header. OR-s into verdict[r] and verdict[ranks].
+__global__ void check_sign_payloads_kernel(const std::byte* slots, std::size_t slot, std::size_t ranks,
+                                           wire::header want, std::size_t signs_at, std::size_t sign_bytes,
+                                           unsigned used_bits, unsigned* verdict) {
+  const std::size_t items = want.count + 1;
+  for (std::size_t t = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; t < ranks * items;
+       t += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t r = t / items, j = t % items;
+    const std::byte* p = slots + r * slot;
+    const wire::header& h = *reinterpret_cast<const wire::header*>(p);
+    unsigned bad = 0;
+    if (j < want.count) {
+      const float s = reinterpret_cast<const float*>(p + wire::header_bytes)[j];
+      const bool finite = (__float_as_uint(s) & 0x7FFFFFFFu) < 0x7F800000u;
+      if ((h.flags & wire::flag::non_finite) == 0 && !(s >= 0.0f && finite)) bad = cuda::payload_malformed;
+    } else {
+      bool ok = h.magic == want.magic && h.version == want.version && h.codec == want.codec &&
+                (h.flags & ~wire::flag::non_finite) == 0 && h.n == want.n && h.count == want.count &&
+                h.param == want.param && h.reserved == 0 && h.body_bytes == want.body_bytes;
+      for (std::size_t i = signs_at + sign_bytes; i < wire::header_bytes + want.body_bytes; ++i)
+        ok = ok && p[i] == std::byte{0};
+      if (used_bits != 0) ok = ok && (static_cast<unsigned>(p[signs_at + sign_bytes - 1]) >> used_bits) == 0;
+      bad = !ok ? cuda::payload_malformed : (h.flags & wire::flag::non_finite) != 0 ? cuda::payload_non_finite : 0u;
+    }
+    if (bad != 0) {
+      atomicOr(&verdict[r], bad);
+      atomicOr(&verdict[ranks], bad);
+    }
+  }
+}
+
+/// out[i] = (the sum over ranks, in rank order from 0.0f, of the decoded element i) / ranks, and,
+/// when e is not null, e[i] = m[i] - this rank's decoded element i.
+__global__ void average_sign_payloads_kernel(const std::byte* slots, std::size_t slot, std::size_t ranks,
+                                             std::size_t rank, std::size_t n, std::size_t bucket_length,
+                                             std::size_t signs_at, float* out, const float* m, float* e) {
+  const auto w = static_cast<float>(ranks);
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    float sum = 0.0f, own = 0.0f;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      const std::byte* p = slots + r * slot;
+      const float v = sign_decoded(reinterpret_cast<const float*>(p + wire::header_bytes),
+                                   reinterpret_cast<const std::uint8_t*>(p + signs_at), i, bucket_length);
+      sum = __fadd_rn(sum, v);
+      if (r == rank) own = v;
+    }
+    out[i] = __fdiv_rn(sum, w);  // correctly rounded: the CPU's divide_by_count gives the same float
+    if (e != nullptr) e[i] = __fsub_rn(m[i], own);
+  }
+}
+
+}  // namespace bellows::cuda::detail
+
+namespace bellows {
+
+template <>
+class signsgd<cuda::executor> {
+public:
+  /// One layer: step counter, error memory and workspace, all but the counter in device memory.
+  /// The payload slots are sized by the first step (they depend on the ranks).
+  struct state {
+    layer_info layer;
+    std::uint64_t step = 0;
+    cuda::device_buffer<float> memory;       ///< e, zero at first (empty without a memory)
+    cuda::device_buffer<float> compensated;  ///< m = g + e (empty without a memory)
+    cuda::device_buffer<float> chunk_sums;   ///< cuda::sign_workspace floats for the scales
+    cuda::payload_slots slots;               ///< every rank's payload of the step, and the verdicts
+  };
+
+  /// Raises bellows::error for a bucket of 2^32 elements or more.
+  explicit signsgd(const signsgd_params& params = {}, cuda::executor& exec = cuda::executor::shared())
+      : format_(params), exec_(&exec) {}
+
+  [[nodiscard]] const signsgd_params& params() const noexcept { return format_.params(); }
+  [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allgather; }
+
+  [[nodiscard]] state make_state(const layer_info& layer) const {
+    state st;
+    st.layer = layer;
+    st.memory = detail::zero_memory(params().feedback, layer.size(), *exec_);
+    st.compensated = cuda::device_buffer<float>(st.memory.size());
+    st.chunk_sums = cuda::device_buffer<float>(cuda::sign_workspace(format_.layout(layer.size())));
+    return st;
+  }
+
+  /// One step (a collective call; see the file's comment). `inout` is device memory; the
+  /// collective enqueues on the executor's stream. Waits for that stream once, for the verdicts;
+  /// the average and the memory's update are still running when it returns.
+  template <DeviceCollective Coll>
+  reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
+    detail::check_step("signsgd", st.layer, inout.size(), coll.stream(), *exec_);
+    detail::check_memory("signsgd", st.layer, st.memory, params().feedback);
+    const std::size_t n = st.layer.size(), ranks = coll.size(), rank = coll.rank();
+    const sign_layout l = format_.layout(n);
+    const std::size_t bytes = format_.payload_bytes(n), signs_at = format_.signs_offset(n);
+    if (st.chunk_sums.size() < cuda::sign_workspace(l))
+      st.chunk_sums = cuda::device_buffer<float>(cuda::sign_workspace(l));
+    const cudaStream_t stream = exec_->stream();
+    cuda::payload_slots& slots = st.slots;
+    slots.prepare(ranks, bytes, stream);
+
+    std::span<const float> m = inout;
+    if (!st.memory.span().empty()) {
+      add(*exec_, st.compensated.span(), inout, st.memory.span());
+      m = st.compensated.span();
+    }
+    std::byte* mine = slots.of(rank);
+    cuda::sign_encode(*exec_, m, l, {reinterpret_cast<float*>(mine + wire::header_bytes), l.buckets()},
+                      {reinterpret_cast<std::uint8_t*>(mine + signs_at), l.sign_bytes()}, st.chunk_sums.span(),
+                      slots.non_finite());
+    cuda::detail::launch(&cuda::detail::finish_sign_payload_kernel, 1, 1, stream, mine, format_.header(n),
+                         slots.non_finite(), signs_at + l.sign_bytes(), bytes);
+    coll.allgather_slots(std::span<const std::byte>(mine, bytes), slots.all(), slots.slot());
+
+    const std::size_t items = ranks * (l.buckets() + 1);
+    const unsigned blocks = std::min(cuda::blocks_for(items, 256), 4096u);
+    cuda::detail::launch(&cuda::detail::check_sign_payloads_kernel, blocks, 256u, stream, slots.all().data(),
+                         slots.slot(), ranks, format_.header(n), signs_at, l.sign_bytes(), static_cast<unsigned>(n % 8),
+                         slots.verdicts());
+    slots.read_verdicts(*exec_);
+
+    const traffic sent = format_.sent(n);
+    if ((slots.worst() & cuda::payload_malformed) != 0)
+      slots.report_malformed(*exec_, "signsgd", st.layer,
+                             [&](std::span<const std::byte> payload) { (void)format_.check(st.layer, payload); });
+    if (slots.worst() != 0) return {step_status::non_finite, sent};
+    if (n != 0)
+      cuda::detail::launch(&cuda::detail::average_sign_payloads_kernel, cuda::detail::stride_blocks(n),
+                           cuda::detail::elementwise_threads, stream, slots.all().data(), slots.slot(), ranks, rank, n,
+                           l.bucket_length(), signs_at, inout.data(), m.data(), st.memory.data());
+    ++st.step;
+    return {step_status::ok, sent};
+  }
+
+  /// The CPU compressor's checkpoint record (step counter, then the error memory): either
+  /// backend reads what the other wrote. Both wait for the executor's stream.
+  void save(const state& st, checkpoint_writer& out) const {
+    detail::save_step_record(*exec_, st.step, st.memory, out);
+  }
+  /// Reads what save wrote for the same layer and configuration; checks before it changes anything.
+  void load(state& st, checkpoint_reader& in) const {
+    detail::load_step_record(*exec_, st.step, st.memory, in, "signsgd step", "signsgd error memory");
+  }
+
+private:
+  detail::signsgd_format format_;
+  cuda::executor* exec_;
+};
+
+static_assert(Compressor<signsgd<cuda::executor>, archetypes::device_collective>,
+              "signsgd<cuda::executor> must model Compressor over a DeviceCollective");
+
+}  // namespace bellows
