@@ -19,6 +19,7 @@
 #include "bellows/compressors/randk.hpp"
 #include "bellows/compressors/qsgd.hpp"
 #include "bellows/compressors/powersgd.hpp"
+#include "bellows/compressors/signsgd.hpp"
 
 namespace bellows {
 

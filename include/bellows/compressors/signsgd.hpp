@@ -175,3 +175,7 @@ struct method_slot<signsgd_method::codec.id> {
 };
 
 }  // namespace bellows
+
+#if defined(__CUDACC__)  // the device compressor, for device code that includes the list
+#include "bellows/compressors/signsgd.cuh"
+#endif
