@@ -38,75 +38,7 @@
 #include "bellows/compressors/detail/device_state.cuh"
 #include "bellows/cuda/payload_slots.cuh"
 #include "bellows/cuda/quantize.cuh"
-
-namespace bellows::cuda::detail {
-
-/// Writes the header `h` at the start of `payload`, flagged non-finite when *non_finite, and
-/// zeroes the body's padding, bytes [pad, end). One thread.
-__global__ void finish_payload_kernel(std::byte* payload, wire::header h, const unsigned* non_finite, std::size_t pad,
-                                      std::size_t end) {
-  if (*non_finite != 0) h.flags |= wire::flag::non_finite;
-  *reinterpret_cast<wire::header*>(payload) = h;
-  for (std::size_t i = pad; i < end; ++i) payload[i] = std::byte{0};
-}
-
-/// Validates `ranks` payloads, slot r holding rank r's, against the header `want` as
-/// qsgd_format::check does: header fields, the padding after the codes, the unused bits of the
-/// last code byte and, unless flagged non-finite, every scale finite and >= 0. Item j of a rank
-/// is its scale j, item `want.count` its header. OR-s into verdict[r] and verdict[ranks].
-__global__ void check_payloads_kernel(const std::byte* slots, std::size_t slot, std::size_t ranks, wire::header want,
-                                      std::size_t codes_at, std::size_t code_bytes, unsigned used_bits,
-                                      unsigned* verdict) {
-  const std::size_t items = want.count + 1;
-  for (std::size_t t = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; t < ranks * items;
-       t += std::size_t{gridDim.x} * blockDim.x) {
-    const std::size_t r = t / items, j = t % items;
-    const std::byte* p = slots + r * slot;
-    const wire::header& h = *reinterpret_cast<const wire::header*>(p);
-    unsigned bad = 0;
-    if (j < want.count) {
-      const float s = reinterpret_cast<const float*>(p + wire::header_bytes)[j];
-      const bool finite = (__float_as_uint(s) & 0x7FFFFFFFu) < 0x7F800000u;
-      if ((h.flags & wire::flag::non_finite) == 0 && !(s >= 0.0f && finite)) bad = cuda::payload_malformed;
-    } else {
-      bool ok = h.magic == want.magic && h.version == want.version && h.codec == want.codec &&
-                (h.flags & ~wire::flag::non_finite) == 0 && h.n == want.n && h.count == want.count &&
-                h.param == want.param && h.reserved == 0 && h.body_bytes == want.body_bytes;
-      for (std::size_t i = codes_at + code_bytes; i < wire::header_bytes + want.body_bytes; ++i)
-        ok = ok && p[i] == std::byte{0};
-      if (used_bits != 0) ok = ok && (static_cast<unsigned>(p[codes_at + code_bytes - 1]) >> used_bits) == 0;
-      bad = !ok ? cuda::payload_malformed : (h.flags & wire::flag::non_finite) != 0 ? cuda::payload_non_finite : 0u;
-    }
-    if (bad != 0) {
-      atomicOr(&verdict[r], bad);
-      atomicOr(&verdict[ranks], bad);
-    }
-  }
-}
-
-/// out[i] = (the sum over ranks, in rank order from 0.0, of the decoded element i) / ranks, and,
-/// when e is not null, e[i] = m[i] - this rank's decoded element i.
-template <unsigned Bits>
-__global__ void average_payloads_kernel(const std::byte* slots, std::size_t slot, std::size_t ranks, std::size_t rank,
-                                        std::size_t n, std::size_t bucket, std::size_t codes_at, float* out,
-                                        const float* m, float* e) {
-  const auto w = static_cast<float>(ranks);
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::size_t{gridDim.x} * blockDim.x) {
-    float sum = 0.0f, own = 0.0f;
-    for (std::size_t r = 0; r < ranks; ++r) {
-      const std::byte* p = slots + r * slot;
-      const float v = decoded<Bits>(reinterpret_cast<const float*>(p + wire::header_bytes),
-                                    reinterpret_cast<const std::uint8_t*>(p + codes_at), i, bucket);
-      sum = __fadd_rn(sum, v);
-      if (r == rank) own = v;
-    }
-    out[i] = __fdiv_rn(sum, w);
-    if (e != nullptr) e[i] = __fsub_rn(m[i], own);
-  }
-}
-
-}  // namespace bellows::cuda::detail
+#include "bellows/cuda/scaled_payload.cuh"
 
 namespace bellows {
 
@@ -178,15 +110,16 @@ public:
                              [&](std::span<const std::byte> payload) { (void)format_.check(st.layer, payload); });
     if (slots.worst() != 0) return {step_status::non_finite, sent};
     if (n != 0) {
-      const auto run = [&](auto kernel) {
-        cuda::detail::launch(kernel, cuda::detail::stride_blocks(n), cuda::detail::elementwise_threads, stream,
-                             slots.all().data(), slots.slot(), ranks, rank, n, l.bucket, codes_at, inout.data(),
-                             m.data(), st.memory.data());
+      const auto run = [&]<unsigned Bits>(cuda::detail::code_decoder<Bits> decode) {
+        cuda::detail::launch(&cuda::detail::average_payloads_kernel<cuda::detail::code_decoder<Bits>>,
+                             cuda::detail::stride_blocks(n), cuda::detail::elementwise_threads, stream,
+                             slots.all().data(), slots.slot(), ranks, rank, n, decode, codes_at, inout.data(), m.data(),
+                             st.memory.data());
       };
       switch (l.bits) {
-        case 2: run(&cuda::detail::average_payloads_kernel<2>); break;
-        case 4: run(&cuda::detail::average_payloads_kernel<4>); break;
-        default: run(&cuda::detail::average_payloads_kernel<8>); break;
+        case 2: run(cuda::detail::code_decoder<2>{l.bucket}); break;
+        case 4: run(cuda::detail::code_decoder<4>{l.bucket}); break;
+        default: run(cuda::detail::code_decoder<8>{l.bucket}); break;
       }
     }
     ++st.step;

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <vector>
 
@@ -103,18 +102,12 @@ public:
                                             std::size_t rank = 0) const {
     check_size(st, in.size());
     const code_layout l = layout(st);
-    wire::header h = format_.header(l.n);
-    wire::writer w(out, h);
+    wire::writer w(out, format_.header(l.n));
     const std::span<float> scales = w.array<float>(l.buckets());
     const std::span<std::uint8_t> codes = w.array<std::uint8_t>(l.code_bytes());
     const bool finite =
         quantize_pack(*exec_, in, l, params().norm, format_.stream(st.step, st.layer, rank), scales, codes);
-    const std::span<std::byte> payload = w.finish();
-    if (!finite) {  // the writer wrote the header when it finished: set the flag there
-      h.flags |= wire::flag::non_finite;
-      std::memcpy(payload.data(), &h, wire::header_bytes);
-    }
-    return payload;
+    return w.finish(finite ? 0 : wire::flag::non_finite);
   }
 
   [[nodiscard]] step_status validate(const state& st, std::span<const std::byte> payload) const {

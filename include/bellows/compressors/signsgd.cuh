@@ -37,75 +37,8 @@
 #include "bellows/cuda/launch.cuh"
 #include "bellows/cuda/payload_slots.cuh"
 #include "bellows/cuda/signs.cuh"
+#include "bellows/cuda/scaled_payload.cuh"
 #include "bellows/cuda/transfer.cuh"
-
-namespace bellows::cuda::detail {
-
-/// Writes the header `h` at the start of `payload`, flagged non-finite when *non_finite, and
-/// zeroes the body's padding, bytes [pad, end). One thread.
-__global__ void finish_sign_payload_kernel(std::byte* payload, wire::header h, const unsigned* non_finite,
-                                           std::size_t pad, std::size_t end) {
-  if (*non_finite != 0) h.flags |= wire::flag::non_finite;
-  *reinterpret_cast<wire::header*>(payload) = h;
-  for (std::size_t i = pad; i < end; ++i) payload[i] = std::byte{0};
-}
-
-/// Validates `ranks` payloads, slot r holding rank r's, against the header `want` as
-/// signsgd_format::check does: header fields, the padding after the sign bytes, the unused bits
-/// of the last sign byte and, unless flagged non-finite, every scale finite and >= 0. Item j of
-/// a rank is its scale j, item `want.count` its header. OR-s into verdict[r] and verdict[ranks].
-__global__ void check_sign_payloads_kernel(const std::byte* slots, std::size_t slot, std::size_t ranks,
-                                           wire::header want, std::size_t signs_at, std::size_t sign_bytes,
-                                           unsigned used_bits, unsigned* verdict) {
-  const std::size_t items = want.count + 1;
-  for (std::size_t t = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; t < ranks * items;
-       t += std::size_t{gridDim.x} * blockDim.x) {
-    const std::size_t r = t / items, j = t % items;
-    const std::byte* p = slots + r * slot;
-    const wire::header& h = *reinterpret_cast<const wire::header*>(p);
-    unsigned bad = 0;
-    if (j < want.count) {
-      const float s = reinterpret_cast<const float*>(p + wire::header_bytes)[j];
-      const bool finite = (__float_as_uint(s) & 0x7FFFFFFFu) < 0x7F800000u;
-      if ((h.flags & wire::flag::non_finite) == 0 && !(s >= 0.0f && finite)) bad = cuda::payload_malformed;
-    } else {
-      bool ok = h.magic == want.magic && h.version == want.version && h.codec == want.codec &&
-                (h.flags & ~wire::flag::non_finite) == 0 && h.n == want.n && h.count == want.count &&
-                h.param == want.param && h.reserved == 0 && h.body_bytes == want.body_bytes;
-      for (std::size_t i = signs_at + sign_bytes; i < wire::header_bytes + want.body_bytes; ++i)
-        ok = ok && p[i] == std::byte{0};
-      if (used_bits != 0) ok = ok && (static_cast<unsigned>(p[signs_at + sign_bytes - 1]) >> used_bits) == 0;
-      bad = !ok ? cuda::payload_malformed : (h.flags & wire::flag::non_finite) != 0 ? cuda::payload_non_finite : 0u;
-    }
-    if (bad != 0) {
-      atomicOr(&verdict[r], bad);
-      atomicOr(&verdict[ranks], bad);
-    }
-  }
-}
-
-/// out[i] = (the sum over ranks, in rank order from 0.0f, of the decoded element i) / ranks, and,
-/// when e is not null, e[i] = m[i] - this rank's decoded element i.
-__global__ void average_sign_payloads_kernel(const std::byte* slots, std::size_t slot, std::size_t ranks,
-                                             std::size_t rank, std::size_t n, std::size_t bucket_length,
-                                             std::size_t signs_at, float* out, const float* m, float* e) {
-  const auto w = static_cast<float>(ranks);
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::size_t{gridDim.x} * blockDim.x) {
-    float sum = 0.0f, own = 0.0f;
-    for (std::size_t r = 0; r < ranks; ++r) {
-      const std::byte* p = slots + r * slot;
-      const float v = sign_decoded(reinterpret_cast<const float*>(p + wire::header_bytes),
-                                   reinterpret_cast<const std::uint8_t*>(p + signs_at), i, bucket_length);
-      sum = __fadd_rn(sum, v);
-      if (r == rank) own = v;
-    }
-    out[i] = __fdiv_rn(sum, w);  // correctly rounded: the CPU's divide_by_count gives the same float
-    if (e != nullptr) e[i] = __fsub_rn(m[i], own);
-  }
-}
-
-}  // namespace bellows::cuda::detail
 
 namespace bellows {
 
@@ -164,14 +97,14 @@ public:
     cuda::sign_encode(*exec_, m, l, {reinterpret_cast<float*>(mine + wire::header_bytes), l.buckets()},
                       {reinterpret_cast<std::uint8_t*>(mine + signs_at), l.sign_bytes()}, st.chunk_sums.span(),
                       slots.non_finite());
-    cuda::detail::launch(&cuda::detail::finish_sign_payload_kernel, 1, 1, stream, mine, format_.header(n),
+    cuda::detail::launch(&cuda::detail::finish_payload_kernel, 1, 1, stream, mine, format_.header(n),
                          slots.non_finite(), signs_at + l.sign_bytes(), bytes);
     coll.allgather_slots(std::span<const std::byte>(mine, bytes), slots.all(), slots.slot());
 
     const std::size_t items = ranks * (l.buckets() + 1);
     const unsigned blocks = std::min(cuda::blocks_for(items, 256), 4096u);
-    cuda::detail::launch(&cuda::detail::check_sign_payloads_kernel, blocks, 256u, stream, slots.all().data(),
-                         slots.slot(), ranks, format_.header(n), signs_at, l.sign_bytes(), static_cast<unsigned>(n % 8),
+    cuda::detail::launch(&cuda::detail::check_payloads_kernel, blocks, 256u, stream, slots.all().data(), slots.slot(),
+                         ranks, format_.header(n), signs_at, l.sign_bytes(), static_cast<unsigned>(n % 8),
                          slots.verdicts());
     slots.read_verdicts(*exec_);
 
@@ -181,9 +114,10 @@ public:
                              [&](std::span<const std::byte> payload) { (void)format_.check(st.layer, payload); });
     if (slots.worst() != 0) return {step_status::non_finite, sent};
     if (n != 0)
-      cuda::detail::launch(&cuda::detail::average_sign_payloads_kernel, cuda::detail::stride_blocks(n),
-                           cuda::detail::elementwise_threads, stream, slots.all().data(), slots.slot(), ranks, rank, n,
-                           l.bucket_length(), signs_at, inout.data(), m.data(), st.memory.data());
+      cuda::detail::launch(
+          &cuda::detail::average_payloads_kernel<cuda::detail::sign_decoder>, cuda::detail::stride_blocks(n),
+          cuda::detail::elementwise_threads, stream, slots.all().data(), slots.slot(), ranks, rank, n,
+          cuda::detail::sign_decoder{l.bucket_length()}, signs_at, inout.data(), m.data(), st.memory.data());
     ++st.step;
     return {step_status::ok, sent};
   }

@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <vector>
 
@@ -146,17 +145,11 @@ private:
                                                  std::span<float> workspace) const {
     check_size(st, in.size());
     const sign_layout l = layout(st);
-    wire::header h = format_.header(l.n);
-    wire::writer w(out, h);
+    wire::writer w(out, format_.header(l.n));
     const std::span<float> scales = w.array<float>(l.buckets());
     const std::span<std::uint8_t> signs = w.array<std::uint8_t>(l.sign_bytes());
     const bool finite = cpu::sign_encode(*exec_, in, l, scales, signs, workspace);
-    const std::span<std::byte> payload = w.finish();
-    if (!finite) {  // the writer wrote the header when it finished: set the flag there
-      h.flags |= wire::flag::non_finite;
-      std::memcpy(payload.data(), &h, wire::header_bytes);
-    }
-    return payload;
+    return w.finish(finite ? 0 : wire::flag::non_finite);
   }
 
   static void check_size(const state& st, std::size_t n) { detail::signsgd_format::check_size(st.layer, n); }

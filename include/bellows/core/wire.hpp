@@ -109,9 +109,11 @@ public:
     return {reinterpret_cast<T*>(out_.data() + header_bytes + start), count};
   }
 
-  /// Pads the body, writes the header, and returns the payload's bytes.
-  std::span<std::byte> finish() {
+  /// Pads the body, writes the header with `flags` added to its own (what the arrays turned out
+  /// to hold, e.g. flag::non_finite), and returns the payload's bytes.
+  std::span<std::byte> finish(std::uint8_t flags = 0) {
     const std::size_t body = padded(pos_);
+    h_.flags |= flags;
     BELLOWS_EXPECTS(header_bytes + body <= out_.size(), "wire::writer: padding overruns storage");
     std::memset(out_.data() + header_bytes + pos_, 0, body - pos_);
     h_.body_bytes = body;

@@ -128,6 +128,15 @@ __device__ inline float decoded(const float* scales, const std::uint8_t* codes, 
   return __uint_as_float(__float_as_uint(level) ^ ((c >> (Bits - 1)) << 31));
 }
 
+/// decoded<Bits> as a function object of (scales, codes, i), for the kernels of scaled_payload.cuh.
+template <unsigned Bits>
+struct code_decoder {
+  std::size_t bucket;
+  __device__ float operator()(const float* scales, const std::uint8_t* codes, std::size_t i) const {
+    return decoded<Bits>(scales, codes, i, bucket);
+  }
+};
+
 template <unsigned Bits>
 __global__ void dequantize_kernel(const float* scales, const std::uint8_t* codes, std::size_t n, std::size_t bucket,
                                   float* out, bool accumulate) {

@@ -37,6 +37,14 @@ __device__ inline float sign_decoded(const float* scales, const std::uint8_t* si
   return __uint_as_float(__float_as_uint(scales[i / bucket_length]) ^ (bit << 31));
 }
 
+/// sign_decoded as a function object of (scales, signs, i), for the kernels of scaled_payload.cuh.
+struct sign_decoder {
+  std::size_t bucket_length;
+  __device__ float operator()(const float* scales, const std::uint8_t* signs, std::size_t i) const {
+    return sign_decoded(scales, signs, i, bucket_length);
+  }
+};
+
 /// float(sum / double(length)), and *non_finite = 1 when that is not finite.
 __device__ inline float sign_scale(double sum, std::size_t length, unsigned* non_finite) {
   const auto s = static_cast<float>(sum / static_cast<double>(length));
