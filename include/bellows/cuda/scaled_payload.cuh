@@ -63,16 +63,16 @@ __global__ void check_payloads_kernel(const std::byte* slots, std::size_t slot, 
 /// element i of one payload.
 template <class Decode>
 __global__ void average_payloads_kernel(const std::byte* slots, std::size_t slot, std::size_t ranks, std::size_t rank,
-                                        std::size_t n, Decode decode, std::size_t codes_at, float* out,
-                                        const float* m, float* e) {
+                                        std::size_t n, Decode decode, std::size_t codes_at, float* out, const float* m,
+                                        float* e) {
   const auto w = static_cast<float>(ranks);
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
     float sum = 0.0f, own = 0.0f;
     for (std::size_t r = 0; r < ranks; ++r) {
       const std::byte* p = slots + r * slot;
-      const float v =
-          decode(reinterpret_cast<const float*>(p + wire::header_bytes), reinterpret_cast<const std::uint8_t*>(p + codes_at), i);
+      const float v = decode(reinterpret_cast<const float*>(p + wire::header_bytes),
+                             reinterpret_cast<const std::uint8_t*>(p + codes_at), i);
       sum = __fadd_rn(sum, v);
       if (r == rank) own = v;
     }
