@@ -81,8 +81,7 @@ TEST_CASE("cuda randk: per-rank mode, wrong states, streams and sizes are refuse
       doctest::Contains("unbiased scaling needs feedback none"), bellows::error);
   const config c{200, {.ratio = 0.1}, false};
   bellows::test::check_refusals<bellows::randk>(
-      c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); },
-      bellows::randk_params{.ratio = 0.05}, "the state keeps 20 elements");
+      c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });
 }
 
 TEST_CASE("cuda randk: checkpoints cross backends") {

@@ -68,15 +68,11 @@ public:
   /// Validates the parameters for the layer (raising bellows::error that names both) and sizes
   /// the state; reserves the executor's workspace for the draw.
   [[nodiscard]] state make_state(const layer_info& layer) const {
-    const std::size_t k = kept(layer);
     BELLOWS_EXPECTS(!params_.unbiased || params_.feedback == feedback::none, "randk: layer '", layer.name,
                     "': unbiased scaling needs feedback none, got feedback ", to_string(params_.feedback));
     state st;
-    st.plan = plan_sample(layer.size(), k);
-    exec_->reserve(cuda::sample_workspace::bytes(st.plan));  // raises for layers of 2^32 elements or more
-    st.index = cuda::device_buffer<std::uint32_t>(k);
-    st.values = cuda::device_buffer<float>(k + 1);
     start(st, layer);
+    follow(st);
     return st;
   }
 
@@ -84,7 +80,8 @@ public:
   /// collective enqueues on the executor's stream. Waits for that stream once, for the flag.
   template <DeviceCollective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    check(st, inout.size(), coll.stream(), st.plan.k);
+    check(st, inout.size(), coll.stream());
+    follow(st);
     const std::size_t k = st.plan.k;
     const cudaStream_t stream = exec_->stream();
     const std::span<float> values(st.values.data(), k);
@@ -110,6 +107,19 @@ public:
     scatter_add(*exec_, inout, std::span<const std::uint32_t>(st.index.span()), values);
     commit(st);
     return r;
+  }
+
+private:
+  /// Plans the draw of this compressor's k (validating the parameters for the layer) and sizes
+  /// the buffers when the state was made for another k (by the other level's compressor, or
+  /// fresh): allocates only then.
+  void follow(state& st) const {
+    const std::size_t k = kept(st.layer);
+    if (st.values.size() == k + 1 && st.plan.k == k) return;
+    st.plan = plan_sample(st.layer.size(), k);
+    exec_->reserve(cuda::sample_workspace::bytes(st.plan));  // raises for layers of 2^32 elements or more
+    st.index = cuda::device_buffer<std::uint32_t>(k);
+    st.values = cuda::device_buffer<float>(k + 1);
   }
 };
 

@@ -129,11 +129,9 @@ public:
   /// Validates the parameters for the layer (raising bellows::error that names both) and sizes
   /// the state; reserves the executor's workspace for the selection (layers below 2^31 elements).
   [[nodiscard]] state make_state(const layer_info& layer) const {
-    const std::size_t k = kept(layer);
     state st;
-    st.plan = plan_select(layer.size(), k, k);
-    exec_->reserve(cuda::select_workspace::bytes(st.plan));
     start(st, layer);
+    plan(st);
     return st;
   }
 
@@ -141,7 +139,8 @@ public:
   /// collective enqueues on the executor's stream. Waits for that stream once, for the verdicts.
   template <DeviceCollective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    check(st, inout.size(), coll.stream(), st.plan.k);
+    check(st, inout.size(), coll.stream());
+    follow(st);
     const reduce_result r = params_.dense_switch && detail::dense_is_cheaper(st.layer.size(), coll.size(), st.plan.k)
                                 ? dense_step(st, inout, coll)
                                 : sparse_step(st, inout, coll);
@@ -150,6 +149,20 @@ public:
   }
 
 private:
+  /// Plans the selection of this compressor's k (validating the parameters for the layer) and
+  /// reserves its workspace.
+  void plan(state& st) const {
+    const std::size_t k = kept(st.layer);
+    st.plan = plan_select(st.layer.size(), k, k);
+    exec_->reserve(cuda::select_workspace::bytes(st.plan));
+  }
+
+  /// plan() again for a state planned for another k (made by the other level's compressor of a
+  /// Synchronizer), as the CPU's fit() does: allocates only then.
+  void follow(state& st) const {
+    if (st.plan.k != kept(st.layer)) plan(st);
+  }
+
   template <class Coll>
   reduce_result sparse_step(state& st, std::span<float> inout, Coll& coll) {
     const std::size_t n = st.layer.size(), k = st.plan.k, ranks = coll.size(), rank = coll.rank();

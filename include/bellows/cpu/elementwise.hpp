@@ -65,6 +65,13 @@ inline void divide_by_count(float* x, std::size_t len, std::size_t w) noexcept {
   return !bad.load(std::memory_order_relaxed);
 }
 
+/// Sets *flag to 1 when an element of x is NaN or +-Inf and leaves it otherwise, so that one
+/// flag can collect several checks; the form of cuda::flag_non_finite whose flag is a float of
+/// an allreduce (the Synchronizer's finiteness vote).
+inline void flag_non_finite(executor& exec, std::span<const float> x, float* flag) {
+  if (!all_finite(exec, x)) *flag = 1.0f;
+}
+
 /// x[i] = value for every element.
 inline void fill(executor& exec, std::span<float> x, float value) {
   exec.for_chunks(x.size(), elementwise_chunk,

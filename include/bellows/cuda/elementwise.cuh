@@ -83,13 +83,13 @@ struct compensate_op {
 /// Raises *flag when an element of x is not finite; reads only.
 __global__ void flag_to_float_kernel(const unsigned* flag, float* out) { *out = *flag != 0 ? 1.0f : 0.0f; }
 
-template <class Float>
-__global__ void flag_kernel(const Float* x, std::size_t n, unsigned* flag) {
+template <class Float, class Flag>
+__global__ void flag_kernel(const Float* x, std::size_t n, Flag* flag) {
   bool bad = false;
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x)
     bad |= non_finite(x[i]);
-  if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1u;
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = Flag{1};
 }
 
 inline void same_lengths(const char* who, std::size_t a, std::size_t b) {
@@ -103,7 +103,15 @@ inline void same_lengths(const char* who, std::size_t a, std::size_t b) {
 /// on the device until the caller reads it.
 inline void flag_non_finite(executor& exec, std::span<const float> x, unsigned* flag) {
   if (x.empty()) return;
-  detail::launch(&detail::flag_kernel<float>, detail::stride_blocks(x.size()), detail::elementwise_threads,
+  detail::launch(&detail::flag_kernel<float, unsigned>, detail::stride_blocks(x.size()), detail::elementwise_threads,
+                 exec.stream(), x.data(), x.size(), flag);
+}
+
+/// Sets *flag (device memory) to 1.0f when an element of x is NaN or +-Inf; leaves it otherwise:
+/// a flag that is itself a float of an allreduce (the Synchronizer's finiteness vote).
+inline void flag_non_finite(executor& exec, std::span<const float> x, float* flag) {
+  if (x.empty()) return;
+  detail::launch(&detail::flag_kernel<float, float>, detail::stride_blocks(x.size()), detail::elementwise_threads,
                  exec.stream(), x.data(), x.size(), flag);
 }
 

@@ -8,6 +8,10 @@
 // (epochs numbered from 0, each ended once, in order); anything else raises. A resumed run gets
 // the count back through restore().
 //
+// Backends. basic_accordion<Exec> is written once: `accordion` (cpu::executor) keeps its sums in
+// host memory, basic_accordion<cuda::executor> (regime/accordion.cuh) in device memory, where it
+// takes device gradients; both sum and take norms in the same order, so they decide alike.
+//
 // Accumulation. During a check epoch (epoch % interval == 0) observe() adds each raw local
 // gradient of a participating layer into a float sum of the layer's size (allocated at
 // add_layer; observe never allocates); in other epochs it returns at once. A float sum over s
@@ -20,8 +24,8 @@
 // the next check is critical too; a checkpoint taken mid-epoch keeps the infinite sums.
 //
 // Decision. At the end of a check epoch each rank takes the L2 norm of its own mean gradient per
-// layer (sum / steps observed, in double, rounded to float), one allreduce_sum of those L floats
-// divided by W gives every rank the same per-layer norm, and the rule of docs/spec.md#the-rule decides from it
+// layer (sum / steps observed, in double, rounded to float: cpu::mean_norm), one allreduce_sum
+// of those L floats (in the backend's memory) divided by W gives every rank the same per-layer norm, and the rule of docs/spec.md#the-rule decides from it
 // alone, so every rank reaches the same decisions without a broadcast.
 #pragma once
 
@@ -43,19 +47,24 @@
 #include "bellows/core/traffic.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
+#include "bellows/cpu/float_array.hpp"
+#include "bellows/plan/float_array.hpp"
 #include "bellows/regime/accordion_types.hpp"
 
 namespace bellows {
 
-/// The Accordion detector over the layers of a model; models RegimeDetector.
+/// The Accordion detector over the layers of a model; models RegimeDetector. Gradients and sums
+/// live in Exec's memory (host for cpu::executor, device for cuda::executor); decisions, norms
+/// and state() on the host.
 /// Usage per rank: add_layer for every layer (ids 0, 1, 2, ...), then per step observe(id, g)
 /// with each layer's raw local gradient, and per epoch end_epoch(epoch, lr, collective), where
 /// `lr` is the learning rate of the epoch that starts next. Before the first check every
 /// participating layer is critical (there is no previous check).
-class accordion {
+template <class Exec>
+class basic_accordion {
 public:
-  explicit accordion(accordion_params params = {}, cpu::executor& exec = cpu::executor::shared())
-      : params_(params), exec_(&exec) {
+  explicit basic_accordion(accordion_params params = {}, Exec& exec = Exec::shared())
+      : params_(params), exec_(&exec), flag_(exec, 1) {
     params_.validate();
   }
 
@@ -70,11 +79,8 @@ public:
     state_.regimes.push_back(regime::critical);
     state_.norm_prev.push_back(0.0f);
     state_.steps.push_back(0);
-    state_.sums.emplace_back(p == participation::included ? layer.size() : 0, 0.0f);
-    if (p == participation::included) {
-      included_.push_back(layer.id);
-      norms_.push_back(0.0f);
-    }
+    sums_.emplace_back(*exec_, p == participation::included ? layer.size() : 0);
+    if (p == participation::included) included_.push_back(layer.id);
     mine_.resize(agreement_header + layers_.size() * (1 + sizeof(float)));
   }
 
@@ -88,11 +94,14 @@ public:
   /// Adds one step's raw local gradient of layer `id` to the epoch's sum (a no-op outside check
   /// epochs and for excluded layers). A gradient holding NaN or Inf changes nothing and returns
   /// step_status::non_finite; this check is local, so a trainer that wants all ranks to skip
-  /// together calls observe only for steps the ranks agreed were finite.
+  /// together calls observe only for steps the ranks agreed were finite. On the device the
+  /// check reads its flag back: one wait for the stream per observed call.
   step_status observe(std::size_t id, std::span<const float> grad) {
     check_size(id, grad);
     if (!observing(id)) return step_status::ok;
-    if (!cpu::all_finite(*exec_, grad)) return step_status::non_finite;
+    fill(*exec_, flag_.span(), 0.0f);
+    flag_non_finite(*exec_, grad, flag_.span().data());
+    if (flag_.host(*exec_, flag_host_)[0] != 0.0f) return step_status::non_finite;
     accumulate(id, grad);
     return step_status::ok;
   }
@@ -134,8 +143,17 @@ public:
   }
   [[nodiscard]] const accordion_params& params() const noexcept { return params_; }
 
-  /// The whole state, for saving.
-  [[nodiscard]] const accordion_state& state() const noexcept { return state_; }
+  /// The whole state, for saving: a copy, whose sums are read back from the backend's memory.
+  [[nodiscard]] accordion_state state() const {
+    accordion_state s = state_;
+    s.sums.resize(sums_.size());
+    std::vector<float> staging;
+    for (std::size_t id = 0; id < sums_.size(); ++id) {
+      const std::span<const float> sum = sums_[id].host(*exec_, staging);
+      s.sums[id].assign(sum.begin(), sum.end());
+    }
+    return s;
+  }
 
   /// Puts back a state saved from a detector with the same layers and participation; raises
   /// bellows::error naming the first layer or field that does not fit, and then changes nothing.
@@ -157,10 +175,13 @@ public:
       BELLOWS_EXPECTS(std::isfinite(saved.norm_prev[id]) && saved.norm_prev[id] >= 0, "accordion restore: layer '",
                       layers_[id].name, "': saved norm ", saved.norm_prev[id]);
     }
+    for (std::size_t id = 0; id < n; ++id) sums_[id].assign(*exec_, saved.sums[id]);
+    saved.sums.clear();  // they live in sums_
     state_ = std::move(saved);
   }
 
-  /// Checkpoint: state() field by field, each array with its length.
+  /// Checkpoint: state() field by field, each array with its length (the same bytes from
+  /// either backend).
   void save(checkpoint_writer& w) const {
     w.put(state_.epoch);
     w.put(state_.checks);
@@ -168,13 +189,16 @@ public:
     w.put_array(std::span<const regime>(state_.regimes));
     w.put_array(std::span<const float>(state_.norm_prev));
     w.put_array(std::span<const std::uint64_t>(state_.steps));
-    for (const std::vector<float>& sum : state_.sums) w.put_array(std::span<const float>(sum));
+    std::vector<float> staging;
+    for (const float_array_for<Exec>& sum : sums_) w.put_array(sum.host(*exec_, staging));
   }
 
   /// Reads what save() wrote for a detector with the same layers; anything that does not fit
   /// raises bellows::wire_error and changes nothing.
   void load(checkpoint_reader& r) {
     accordion_state saved = state_;  // the shapes to read into
+    saved.sums.resize(sums_.size());
+    for (std::size_t id = 0; id < sums_.size(); ++id) saved.sums[id].resize(sums_[id].size());
     saved.epoch = r.get<std::uint64_t>("accordion epoch");
     saved.checks = r.get<std::uint64_t>("accordion checks");
     saved.lr = r.get<float>("accordion learning rate");
@@ -212,20 +236,8 @@ private:
   }
 
   void accumulate(std::size_t id, std::span<const float> grad) {
-    float* const sum = state_.sums[id].data();
-    const float* const g = grad.data();
-    exec_->for_chunks(grad.size(), cpu::elementwise_chunk, [sum, g](std::size_t lo, std::size_t hi) {
-      for (std::size_t i = lo; i < hi; ++i) sum[i] += g[i];
-    });
+    add_into(*exec_, sums_[id].span(), grad);
     ++state_.steps[id];
-  }
-
-  /// The L2 norm of this rank's mean gradient of a layer over the steps it observed (0 if none).
-  [[nodiscard]] float local_norm(std::size_t id) const {
-    if (state_.steps[id] == 0) return 0.0f;
-    double squares = 0.0;
-    for (float s : state_.sums[id]) squares += double{s} * s;
-    return static_cast<float>(std::sqrt(squares) / static_cast<double>(state_.steps[id]));
   }
 
   /// The rule of docs/spec.md#the-rule: critical with no previous check, a previous norm of 0, or a relative
@@ -236,18 +248,25 @@ private:
     return change / static_cast<double>(prev) >= static_cast<double>(params_.eta);
   }
 
+  /// Each participating layer's mean-gradient norm (0 for a layer it observed no step of),
+  /// taken where the sums live, one allreduce_sum of them, and the rule applied on the host.
   template <Collective C>
   void check(C& coll) {
-    for (std::size_t k = 0; k < included_.size(); ++k) norms_[k] = local_norm(included_[k]);
-    coll.allreduce_sum(std::span<float>(norms_));
+    if (norms_.size() != included_.size()) norms_ = float_array_for<Exec>(*exec_, included_.size());  // at the first
+    for (std::size_t k = 0; k < included_.size(); ++k) {
+      const std::uint32_t id = included_[k];
+      mean_norm(*exec_, sums_[id].span(), static_cast<double>(state_.steps[id]), norms_.span().data() + k);
+    }
+    coll.allreduce_sum(norms_.span());
+    const std::span<const float> summed = norms_.host(*exec_, norms_host_);
     const auto ranks = static_cast<float>(coll.size());
     for (std::size_t k = 0; k < included_.size(); ++k) {
       const std::uint32_t id = included_[k];
-      const float now = norms_[k] / ranks;
+      const float now = summed[k] / ranks;
       const bool overflowed = !std::isfinite(now);  // on every rank alike
       state_.regimes[id] = overflowed || critical(state_.norm_prev[id], now) ? regime::critical : regime::normal;
       state_.norm_prev[id] = overflowed ? 0.0f : now;
-      std::ranges::fill(state_.sums[id], 0.0f);
+      fill(*exec_, sums_[id].span(), 0.0f);
       state_.steps[id] = 0;
     }
     ++state_.checks;
@@ -302,15 +321,21 @@ private:
   }
 
   accordion_params params_;
-  cpu::executor* exec_;
+  Exec* exec_;
   std::vector<layer_info> layers_;
   std::vector<participation> participation_;
-  std::vector<std::uint32_t> included_;  // ids of the participating layers, in order
-  std::vector<float> norms_;             // one per participating layer, exchanged at checks
-  accordion_state state_;
-  std::vector<std::byte> mine_;  // this rank's agreement block
+  std::vector<std::uint32_t> included_;        // ids of the participating layers, in order
+  std::vector<float_array_for<Exec>> sums_;    // one per layer (empty for an excluded one)
+  float_array_for<Exec> norms_;                // one per participating layer, exchanged at checks
+  float_array_for<Exec> flag_;                 // observe()'s finiteness check
+  std::vector<float> norms_host_, flag_host_;  // their host copies (used on the device)
+  accordion_state state_;                      // all but the sums (state() adds them)
+  std::vector<std::byte> mine_;                // this rank's agreement block
   gather_buffer gathered_;
 };
+
+/// The detector on the CPU, over host gradients.
+using accordion = basic_accordion<cpu::executor>;
 
 static_assert(RegimeDetector<accordion, archetypes::collective>, "accordion must model RegimeDetector");
 static_assert(LevelDetector<accordion> && ObservingDetector<accordion> && CheckpointedDetector<accordion>,
@@ -320,10 +345,10 @@ static_assert(LevelDetector<accordion> && ObservingDetector<accordion> && Checkp
 /// small one while any participating layer is critical, else the large one. (With one layer
 /// spanning the whole model this is the paper's whole-model signal.) Scaling the learning rate
 /// with the batch size, if the trainer wants it, is the trainer's business.
-class accordion_batch_size {
+template <class Exec>
+class basic_accordion_batch_size {
 public:
-  explicit accordion_batch_size(batch_sizes sizes, accordion_params params = {},
-                                cpu::executor& exec = cpu::executor::shared())
+  explicit basic_accordion_batch_size(batch_sizes sizes, accordion_params params = {}, Exec& exec = Exec::shared())
       : sizes_(sizes), detector_(params, exec) {
     sizes_.validate();
   }
@@ -348,12 +373,19 @@ public:
 
   [[nodiscard]] const batch_sizes& sizes() const noexcept { return sizes_; }
   /// The underlying detector (per-layer regimes, state for save and restore).
-  [[nodiscard]] accordion& detector() noexcept { return detector_; }
-  [[nodiscard]] const accordion& detector() const noexcept { return detector_; }
+  [[nodiscard]] basic_accordion<Exec>& detector() noexcept { return detector_; }
+  [[nodiscard]] const basic_accordion<Exec>& detector() const noexcept { return detector_; }
 
 private:
   batch_sizes sizes_;
-  accordion detector_;
+  basic_accordion<Exec> detector_;
 };
 
+/// The batch-size variant on the CPU.
+using accordion_batch_size = basic_accordion_batch_size<cpu::executor>;
+
 }  // namespace bellows
+
+#if defined(__CUDACC__)  // the device backend, for device code
+#include "bellows/regime/accordion.cuh"
+#endif

@@ -17,6 +17,13 @@
 // every rank found finite, so the step begins with one allreduce of one flag per layer (4 bytes
 // per layer); a layer flagged on any rank is skipped on every rank with step_status::non_finite
 // and nothing of it changes.
+//
+// Backends. The class is written once over its executor. With cpu::executor the gradients are
+// host memory; with cuda::executor (sync/synchronizer.cuh) they are device memory, the
+// compressors are the device ones, the detector a basic_accordion<cuda::executor> (or a
+// static_policy), the collective a DeviceCollective on the executor's stream, and the flags and
+// norms are computed and exchanged in device memory and read back once (one wait for the stream).
+// Everything else (levels, telemetry, checkpoints) is this file's host code, for both.
 #pragma once
 
 #include <bit>
@@ -37,6 +44,8 @@
 #include "bellows/core/traffic.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
+#include "bellows/cpu/float_array.hpp"
+#include "bellows/plan/float_array.hpp"
 #include "bellows/regime/accordion_types.hpp"
 
 namespace bellows {
@@ -97,7 +106,6 @@ public:
     telemetry_.push_back(std::move(t));
     states_.push_back(std::move(st));
     layers_.push_back(info);
-    flags_.push_back(0.0f);
     hash_ = mix(hash_, info);
     return id;
   }
@@ -113,12 +121,19 @@ public:
                       layers_[id].shape.to_string(), " has ", layers_[id].size(), " elements, its gradient ",
                       grads[id].size());
     if (steps_ == 0) verify_layers(coll);
+    if (flags_.size() != layers_.size()) {  // the first step (or the first after a restore)
+      flags_ = float_array_for<Exec>(*exec_, layers_.size());
+      norms_ = float_array_for<Exec>(*exec_, layers_.size());
+    }
     statuses_.resize(layers_.size());
     const bool observe = observing_any();
-    if (observe) agree_finite(grads, coll);
+    std::span<const float> flagged;
+    if (observe) flagged = agree_finite(grads, coll);
+    if (measure_norms_)  // before any layer's reduce replaces its gradient
+      for (std::size_t id = 0; id < layers_.size(); ++id) mean_norm(*exec_, grads[id], 1.0, norms_.span().data() + id);
     for (std::size_t id = 0; id < layers_.size(); ++id) {
       layer_telemetry& t = telemetry_[id];
-      if (observe && flags_[id] != 0.0f) {
+      if (observe && flagged[id] != 0.0f) {
         statuses_[id] = step_status::non_finite;
       } else {
         if (observe && observing(id)) {
@@ -127,7 +142,6 @@ public:
           else
             (void)detector_.observe(id, grads[id]);
         }
-        if (measure_norms_) t.grad_norm = norm(grads[id]);
         C& c = t.level == regime::critical ? critical_ : normal_;
         const reduce_result r = c.reduce(states_[id], grads[id], coll);
         statuses_[id] = r.status;
@@ -135,6 +149,11 @@ public:
       }
       t.last_status = statuses_[id];
       ++(statuses_[id] == step_status::ok ? t.steps : t.skipped);
+    }
+    if (measure_norms_) {
+      const std::span<const float> norms = norms_.host(*exec_, norms_host_);
+      for (std::size_t id = 0; id < layers_.size(); ++id)
+        if (!(observe && flagged[id] != 0.0f)) telemetry_[id].grad_norm = norms[id];
     }
     ++steps_;
     return statuses_;
@@ -163,7 +182,8 @@ public:
   /// the same; a checkpoint records it and restores only into a synchronizer set the same way.
   void set_level_change(level_change c) noexcept { level_change_ = c; }
 
-  /// Measure each layer's raw local gradient norm per step (one extra read of every gradient).
+  /// Measure each layer's raw local gradient norm per step (one extra read of every gradient;
+  /// on the device a sequential one, and one more wait for the stream per step).
   void measure_gradient_norms(bool on) noexcept { measure_norms_ = on; }
 
   [[nodiscard]] std::size_t layers() const noexcept { return layers_.size(); }
@@ -235,10 +255,12 @@ public:
       fail<wire_error>("synchronizer: checkpoint version ", version, ", this build reads 2 and ", file_version);
     if (r.get<std::uint64_t>("layer hash") != hash_ || r.get<std::uint64_t>("layer count") != layers_.size())
       fail<wire_error>("synchronizer: checkpoint saved for other layers (names or shapes differ)");
-    // Restore into copies, and commit only when everything has been read.
+    // Restore into copies (fresh states: a load replaces all of a state), and commit only when
+    // everything has been read. The detector loads in place and is put back from its own
+    // record if anything after that fails.
     auto telemetry = telemetry_;
-    auto states = states_;
-    D detector = detector_;
+    std::vector<state_type> states;
+    states.reserve(layers_.size());
     const auto steps = r.get<std::uint64_t>("steps");
     const auto epoch = r.get<std::uint64_t>("epoch");
     // Version 2 predates the option: its runs kept their state on a level change.
@@ -256,19 +278,27 @@ public:
       t.steps = r.get<std::uint64_t>("layer steps");
       t.skipped = r.get<std::uint64_t>("layer skipped steps");
       t.sent = r.get<traffic>("layer traffic");
-      critical_.load(states[id], r);
+      states.push_back(critical_.make_state(layers_[id]));
+      critical_.load(states.back(), r);
     }
-    detector.load(r);
-    r.finish();
-    // A detector that counts epochs itself must be at the synchronizer's: a file that pairs them
-    // otherwise is corrupt, and would fail at the next end_epoch.
-    if constexpr (requires { detector.state().epoch; })
-      if (detector.state().epoch != epoch)
-        fail<wire_error>("synchronizer: checkpoint of epoch ", epoch, " holds a detector at epoch ",
-                         detector.state().epoch);
+    checkpoint_writer before;
+    detector_.save(before);
+    try {
+      detector_.load(r);
+      r.finish();
+      // A detector that counts epochs itself must be at the synchronizer's: a file that pairs
+      // them otherwise is corrupt, and would fail at the next end_epoch.
+      if constexpr (requires { detector_.epoch(); })
+        if (detector_.epoch() != epoch)
+          fail<wire_error>("synchronizer: checkpoint of epoch ", epoch, " holds a detector at epoch ",
+                           detector_.epoch());
+    } catch (...) {
+      checkpoint_reader back(before.bytes());
+      detector_.load(back);
+      throw;
+    }
     telemetry_ = std::move(telemetry);
     states_ = std::move(states);
-    detector_ = std::move(detector);
     steps_ = steps;
     epoch_ = epoch;
   }
@@ -290,17 +320,14 @@ private:
     return false;
   }
 
-  /// flags_[id] = 1 where any rank's gradient of layer id is non-finite.
+  /// The finiteness vote: per layer, the number of ranks whose gradient of it holds NaN or Inf
+  /// (host memory; on the device read back, the one wait).
   template <Collective Coll>
-  void agree_finite(std::span<const std::span<float>> grads, Coll& coll) {
-    for (std::size_t id = 0; id < layers_.size(); ++id) flags_[id] = cpu::all_finite(*exec_, grads[id]) ? 0.0f : 1.0f;
-    coll.allreduce_sum(flags_);
-  }
-
-  [[nodiscard]] static float norm(std::span<const float> g) {
-    double sum = 0;
-    for (float v : g) sum += double{v} * v;
-    return static_cast<float>(std::sqrt(sum));
+  std::span<const float> agree_finite(std::span<const std::span<float>> grads, Coll& coll) {
+    fill(*exec_, flags_.span(), 0.0f);
+    for (std::size_t id = 0; id < layers_.size(); ++id) flag_non_finite(*exec_, grads[id], flags_.span().data() + id);
+    coll.allreduce_sum(flags_.span());
+    return flags_.host(*exec_, flags_host_);
   }
 
   /// Every rank registered the same layers: one allreduce of 16 floats carrying the bytes b of a
@@ -342,7 +369,8 @@ private:
   std::vector<state_type> states_;
   std::vector<layer_telemetry> telemetry_;
   std::vector<step_status> statuses_;
-  std::vector<float> flags_;
+  float_array_for<Exec> flags_, norms_;         // one per layer: the finiteness vote, the measured norms
+  std::vector<float> flags_host_, norms_host_;  // their host copies (used on the device)
   std::uint64_t hash_ = 0xCBF29CE484222325ULL;
   std::uint64_t steps_ = 0, epoch_ = 0;
   bool measure_norms_ = false;
@@ -350,3 +378,7 @@ private:
 };
 
 }  // namespace bellows
+
+#if defined(__CUDACC__)  // the device backend, for device code
+#include "bellows/sync/synchronizer.cuh"
+#endif

@@ -60,13 +60,12 @@ protected:
   }
 
   /// The checks before a step enqueues anything: the buffer fits the layer, the collective's
-  /// stream is the executor's, the memory fits the feedback and the state keeps `k` elements as
-  /// this compressor does.
-  void check(const device_sparse_state& st, std::size_t inout_size, cudaStream_t stream, std::size_t k) const {
+  /// stream is the executor's and the memory fits the feedback. A state made by a compressor
+  /// that keeps another number of elements (the other level of a Synchronizer) is then resized
+  /// by the caller, as the CPU's fit() does.
+  void check(const device_sparse_state& st, std::size_t inout_size, cudaStream_t stream) const {
     check_step(Derived::name, st.layer, inout_size, stream, *exec_);
     check_memory(Derived::name, st.layer, st.memory, params_.feedback);
-    BELLOWS_EXPECTS(k == kept(st.layer), Derived::name, ": layer '", st.layer.name, "': the state keeps ", k,
-                    " elements, this compressor another number (make the state with it)");
   }
 
   /// After a step every rank found finite: the staged memory becomes current.

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CPU's float array (plan/float_array.hpp): host memory, so reading it on the host is free,
+// and the L2 norm in the order both backends compute it.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "bellows/core/error.hpp"
+#include "bellows/cpu/executor.hpp"
+#include "bellows/plan/float_array.hpp"
+
+namespace bellows::cpu {
+
+/// n floats in host memory, zero when made.
+class float_array {
+public:
+  float_array() = default;
+  float_array(executor& /*exec*/, std::size_t n) : values_(n, 0.0f) {}
+
+  [[nodiscard]] std::span<float> span() noexcept { return values_; }
+  [[nodiscard]] std::span<const float> span() const noexcept { return values_; }
+  [[nodiscard]] std::size_t size() const noexcept { return values_.size(); }
+
+  /// The values, readable on the host: the array itself (`staging` is for the device's copy).
+  [[nodiscard]] std::span<const float> host(executor& /*exec*/, std::vector<float>& /*staging*/) const noexcept {
+    return values_;
+  }
+
+  /// Copies `from` (host memory, as many elements) in.
+  void assign(executor& /*exec*/, std::span<const float> from) {
+    BELLOWS_EXPECTS(from.size() == values_.size(), "float_array: ", from.size(), " values for ", values_.size(),
+                    " elements");
+    std::ranges::copy(from, values_.begin());
+  }
+
+private:
+  std::vector<float> values_;
+};
+
+/// *out = sqrt(x_0^2 + x_1^2 + ...) / divisor, rounded to float, or 0 when divisor is 0: the
+/// squares summed in double in index order, the order cuda::mean_norm keeps, so that both
+/// backends get the same bits (each square of a float is exact in double, so a fused
+/// multiply-add rounds as the separate product and sum do).
+inline void mean_norm(executor& /*exec*/, std::span<const float> x, double divisor, float* out) {
+  if (divisor == 0.0) {
+    *out = 0.0f;
+    return;
+  }
+  double squares = 0.0;
+  for (const float v : x) squares += double{v} * v;
+  *out = static_cast<float>(std::sqrt(squares) / divisor);
+}
+
+}  // namespace bellows::cpu
+
+namespace bellows {
+template <>
+struct float_array_of<cpu::executor> {
+  using type = cpu::float_array;
+};
+}  // namespace bellows
