@@ -135,6 +135,18 @@ for name in sorted(n for n in bench if n.startswith("cuda_step/")):
     result = "skipped: " + b.get("error_message", "") if b.get("error_occurred") else \
         f"{b['real_time']:.3f} ms, {b.get('x_floor', float('nan')):.2f} x_floor"
     rows.append((name.replace("/manual_time", ""), result, ""))
+# The device Synchronizer's step against its compressors alone (bench/cuda/bench_synchronizer.cu).
+for name in sorted(n for n in bench if n.startswith("cuda_synchronizer")):
+    b = bench[name]
+    if b.get("error_occurred"):
+        result = "skipped: " + b.get("error_message", "")
+    elif "sync_ms" in b:
+        result = (f"{b['sync_ms']:.3f} ms vs {b['direct_ms']:.3f} ms direct: {b['overhead_pct']:+.1f}%, "
+                  f"{b['x_floor']:.2f} x_floor")
+    else:
+        result = f"{b['real_time']:.3f} ms"
+    rows.append((name.replace("/manual_time", "").replace("/iterations:3", ""), result,
+                 "overhead < 2% (plain)" if name.endswith("/plain/manual_time") else ""))
 gpu = open(os.path.join(out, "gpu.txt")).read().strip()
 w0 = max(len(r[0]) for r in rows); w1 = max(len(r[1]) for r in rows)
 print(f"\n== summary ({gpu}; {seconds} s)")
