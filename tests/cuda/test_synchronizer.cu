@@ -14,6 +14,7 @@
 //    uninterrupted one; a corrupted payload raises the CPU validation's wire_error on every rank.
 #include <bellows/collectives/local.hpp>
 #include <bellows/collectives/nccl.cuh>
+#include <bellows/collectives/staged.cuh>
 #include <bellows/compressors/powersgd.cuh>
 #include <bellows/compressors/powersgd.hpp>
 #include <bellows/compressors/qsgd.cuh>
@@ -183,6 +184,35 @@ std::vector<trace> on_device(const scenario& sc, const Params& low, const Params
   return traces;
 }
 
+/// The same on the device over the local collective's threads, staged through the host
+/// (collectives::staged: the Fashion-MNIST demo's --backend cuda), each thread on a device of its
+/// own where there are enough.
+template <template <class> class C, class Params>
+std::vector<trace> on_staged(const scenario& sc, const Params& low, const Params& high) {
+  std::vector<trace> traces(ranks());
+  bellows::collectives::local_group group(ranks());
+  group.run([&](bellows::collectives::local& comm) {
+    BELLOWS_CUDA_CHECK(cudaSetDevice(static_cast<int>(comm.rank() % ranks())));
+    cudaStream_t stream = nullptr;
+    BELLOWS_CUDA_CHECK(cudaStreamCreate(&stream));
+    {
+      bellows::cuda::executor exec(stream);
+      bellows::collectives::staged<bellows::collectives::local> coll(comm, stream);
+      using detector = bellows::basic_accordion<bellows::cuda::executor>;
+      bellows::synchronizer<C<bellows::cuda::executor>, detector, bellows::cuda::executor> sync(
+          C<bellows::cuda::executor>(low, exec), C<bellows::cuda::executor>(high, exec), detector(sc.accordion, exec),
+          exec);
+      register_layers(sync, sc);
+      sync.set_level_change(sc.change);
+      sync.measure_gradient_norms(sc.measure_norms);
+      device_grads grads(sc);
+      drive(sync, coll, comm.rank(), sc, grads, traces[comm.rank()]);
+    }
+    BELLOWS_CUDA_CHECK(cudaStreamDestroy(stream));
+  });
+  return traces;
+}
+
 bool same_telemetry(const bellows::layer_telemetry& a, const bellows::layer_telemetry& b) {
   return a.name == b.name && a.participates == b.participates && a.level == b.level && a.last_status == b.last_status &&
          a.steps == b.steps && a.skipped == b.skipped && a.sent == b.sent &&
@@ -266,6 +296,12 @@ TEST_CASE("cuda synchronizer: rand-k 10% <-> 1% and QSGD 8 <-> 2 bits with Accor
                                 bellows::randk_params{.ratio = 0.01, .feedback = bellows::feedback::residual});
   check_bitwise<bellows::qsgd>(bellows::qsgd_params{.bits = 8, .bucket = 64, .feedback = bellows::feedback::residual},
                                bellows::qsgd_params{.bits = 2, .bucket = 64, .feedback = bellows::feedback::residual});
+}
+
+TEST_CASE("cuda synchronizer: over the local collective's threads, staged through the host, as the CPU's") {
+  if (!bellows::test::have_device()) return;
+  const scenario sc;
+  check_same_run(on_staged<bellows::topk>(sc, topk_low, topk_high), on_cpu<bellows::topk>(sc, topk_low, topk_high));
 }
 
 TEST_CASE("cuda synchronizer: PowerSGD 4 <-> 1 decides, skips and counts as the CPU's, outputs within rounding") {

@@ -192,33 +192,37 @@ TEST_CASE("cli: usage errors and bad method configurations exit 2 with the messa
   npy::write(s / "g.npy", bellows::shape{4, 5}, bellows::testing::normal_floats(20, 1));
   const std::string g = "'" + (s / "g.npy") + "' ";
   const std::pair<std::string, const char*> cases[] = {
-      {"", "no method"},
-      {g, "no method"},
-      {"--method identity", "no input"},
-      {g + "--method", "--method needs a NAME"},
-      {g + "--method nosuch", "unknown method 'nosuch'"},
-      {g + "--synthetic normal --shape 4x4 --method identity", "not both"},
-      {"--synthetic normal --method identity", "--synthetic needs --shape"},
-      {g + "--shape 4x4 --method identity", "--shape goes with --synthetic"},
-      {"--synthetic normal --shape 4x0 --method identity", "a dimension is 0"},
-      {"--synthetic gamma --shape 4 --method identity", "--synthetic"},
-      {g + "--method identity --steps 0", "--steps"},
-      {g + "--method identity --workers many", "--workers"},
-      {g + "--method identity --backend tpu", "--backend"},
-      {g + "--method identity --backend cuda", "not built with CUDA"},
-      {g + "--method identity --error-feedback sometimes", "--error-feedback"},
-      {g + "--method identity --bogus", "--bogus"},
-      {g + "--method identity --out /nonexistent/o.npy",
-       "--out /nonexistent/o.npy: /nonexistent is not a directory this process can write to"},
-      {g + "--method powersgd --rank 0", "--method powersgd: powersgd: rank must be >= 1, got 0"},
-      {g + "--method qsgd --bits 3", "--method qsgd: qsgd: bits must be 2, 4 or 8, got 3"},
-      {g + "--method qsgd --bucket 0", "bucket must be in [1, 2^24), got 0"},
-      {g + "--method qsgd --norm l1", "--norm"},
-      {g + "--method powersgd --rank two", "--method powersgd: option rank: 'two' is not a whole number"},
-      {g + "--ratio 0.1 --method powersgd", "--ratio"},
-      {g + "--method topk --ratio 0", "--method topk: topk: layer 'g': ratio must be in (0, 1], got 0"},
-      {g + "--method randk --ratio 1.5", "--method randk: randk: layer 'g': ratio must be in (0, 1], got 1.5"},
-      {g + "--method randk --unbiased --error-feedback residual", "unbiased scaling needs feedback none"},
+    {"", "no method"},
+    {g, "no method"},
+    {"--method identity", "no input"},
+    {g + "--method", "--method needs a NAME"},
+    {g + "--method nosuch", "unknown method 'nosuch'"},
+    {g + "--synthetic normal --shape 4x4 --method identity", "not both"},
+    {"--synthetic normal --method identity", "--synthetic needs --shape"},
+    {g + "--shape 4x4 --method identity", "--shape goes with --synthetic"},
+    {"--synthetic normal --shape 4x0 --method identity", "a dimension is 0"},
+    {"--synthetic gamma --shape 4 --method identity", "--synthetic"},
+    {g + "--method identity --steps 0", "--steps"},
+    {g + "--method identity --workers many", "--workers"},
+    {g + "--method identity --backend tpu", "--backend"},
+#if BELLOWS_BENCH_CUDA
+    {g + "--method topk --backend cuda --workers 2", "--backend cuda measures one rank: give --workers 1"},
+#else
+    {g + "--method identity --backend cuda", "not built with CUDA"},
+#endif
+    {g + "--method identity --error-feedback sometimes", "--error-feedback"},
+    {g + "--method identity --bogus", "--bogus"},
+    {g + "--method identity --out /nonexistent/o.npy",
+     "--out /nonexistent/o.npy: /nonexistent is not a directory this process can write to"},
+    {g + "--method powersgd --rank 0", "--method powersgd: powersgd: rank must be >= 1, got 0"},
+    {g + "--method qsgd --bits 3", "--method qsgd: qsgd: bits must be 2, 4 or 8, got 3"},
+    {g + "--method qsgd --bucket 0", "bucket must be in [1, 2^24), got 0"},
+    {g + "--method qsgd --norm l1", "--norm"},
+    {g + "--method powersgd --rank two", "--method powersgd: option rank: 'two' is not a whole number"},
+    {g + "--ratio 0.1 --method powersgd", "--ratio"},
+    {g + "--method topk --ratio 0", "--method topk: topk: layer 'g': ratio must be in (0, 1], got 0"},
+    {g + "--method randk --ratio 1.5", "--method randk: randk: layer 'g': ratio must be in (0, 1], got 1.5"},
+    {g + "--method randk --unbiased --error-feedback residual", "unbiased scaling needs feedback none"},
   };
   for (const auto& [args, phrase] : cases) {
     CAPTURE(args);
@@ -229,6 +233,40 @@ TEST_CASE("cli: usage errors and bad method configurations exit 2 with the messa
     CHECK(o.err.find(usage) != std::string::npos);
     if (o.err.find(phrase) == std::string::npos) MESSAGE(o.err);
   }
+}
+
+TEST_CASE("cli: --backend cuda measures the device compressors, or says why it cannot") {
+  scratch s;
+  npy::write(s / "g.npy", bellows::shape{64, 48}, bellows::testing::normal_floats(64 * 48, 4));
+  const std::string g = "'" + (s / "g.npy") + "' --steps 2 --repeats 2 --backend cuda ";
+  const outcome o = bench(s, g + "--method topk --ratio 0.1 --method qsgd --bits 4 --json");
+#if BELLOWS_BENCH_CUDA
+  if (o.code == 1) {  // built with CUDA, no device here
+    CHECK(o.err == "bellows-bench: --backend cuda: no CUDA device\n");
+    CHECK(o.out.empty());
+    return;
+  }
+  INFO(o.err);
+  REQUIRE(o.code == 0);
+  const json doc = json::parse(o.out);
+  CHECK(doc["config"]["backend"] == "cuda");
+  REQUIRE(doc["methods"].size() == 2);
+  // the device compressors are the CPU's: the same traffic, and distortion within rounding
+  const json cpu =
+      bench_json(s, "'" + (s / "g.npy") + "' --steps 2 --repeats 2 --method topk --ratio 0.1 --method qsgd --bits 4");
+  for (std::size_t m = 0; m < 2; ++m) {
+    CHECK(doc["methods"][m]["bytes_sent"] == cpu["methods"][m]["bytes_sent"]);
+    CHECK(doc["methods"][m]["rel_error"].get<double>() ==
+          doctest::Approx(cpu["methods"][m]["rel_error"].get<double>()).epsilon(1e-5));
+    CHECK(doc["methods"][m]["x_floor"].get<double>() > 0);
+  }
+  const outcome identity = bench(s, g + "--method identity");
+  CHECK(identity.code == 2);
+  CHECK(identity.err.find("identity is not on the device") != std::string::npos);
+#else
+  CHECK(o.code == 2);
+  CHECK(o.err.find("not built with CUDA") != std::string::npos);
+#endif
 }
 
 TEST_CASE("cli: malformed and unusable input files exit 3 with a message naming the file and the problem") {

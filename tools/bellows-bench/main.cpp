@@ -22,6 +22,9 @@
 #include <string>
 #include <vector>
 
+#if defined(BELLOWS_BENCH_CUDA)
+#include "bellows-bench/device.hpp"
+#endif
 #include "bellows-bench/input.hpp"
 #include "bellows-bench/measure.hpp"
 #include "bellows-bench/methods.hpp"
@@ -207,8 +210,13 @@ std::optional<options> parse(int argc, char** argv) {
 
 /// Checks what CLI11 cannot: combinations of options.
 void check_combinations(const options& o) {
+#if defined(BELLOWS_BENCH_CUDA)
+  if (o.backend == "cuda" && o.workers != 1)
+    throw usage_error("--backend cuda measures one rank: give --workers 1 (the device has no simulated ranks)");
+#else
   if (o.backend == "cuda")
     throw usage_error("--backend cuda: not built with CUDA; this bellows-bench has the cpu backend only");
+#endif
   if (o.groups.empty())
     throw usage_error("no method: give at least one --method NAME (" +
                       bellows::method_names(bellows::compressor_methods{}) + ")");
@@ -255,6 +263,12 @@ int run(int argc, char** argv) {
   if (!parsed) return 0;
   options& o = *parsed;
   check_combinations(o);
+#if defined(BELLOWS_BENCH_CUDA)
+  if (o.backend == "cuda" && !device_present()) {
+    std::cerr << "bellows-bench: --backend cuda: no CUDA device\n";
+    return exit_failure;
+  }
+#endif
   bellows::cpu::executor exec(o.threads);
   const gradient_set input = load_input(o, exec);
 
@@ -265,6 +279,9 @@ int run(int argc, char** argv) {
     if (g.args.feedback.empty()) g.args.feedback = o.feedback;
     try {
       g.m->check(g.args, layer, exec);
+#if defined(BELLOWS_BENCH_CUDA)
+      if (o.backend == "cuda") check_on_device(g.m->name, g.args.settings(), layer);
+#endif
     } catch (const bellows::error& e) {
       throw usage_error("--method " + std::string(g.m->name) + ": " + e.what());
     }
@@ -279,10 +296,14 @@ int run(int argc, char** argv) {
   progress bar(std::cerr, ::isatty(STDERR_FILENO) == 1, o.groups.size() * calls_per_method(report.settings));
   for (const method_group& g : o.groups) {
     bar.label(std::string(g.m->name));
-    report.methods.push_back({std::string(g.m->name),
-                              g.m->params(g.args),
-                              g.m->run(g.args, {input, layer, report.settings, exec, bar}),
-                              {}});
+    const run_request req{input, layer, report.settings, exec, bar};
+#if defined(BELLOWS_BENCH_CUDA)
+    method_result result =
+        o.backend == "cuda" ? measure_on_device(g.m->name, g.args.settings(), req) : g.m->run(g.args, req);
+#else
+    method_result result = g.m->run(g.args, req);
+#endif
+    report.methods.push_back({std::string(g.m->name), g.m->params(g.args), std::move(result), {}});
   }
   bar.finish();
 

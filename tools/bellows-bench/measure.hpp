@@ -57,6 +57,44 @@ struct run_request {
   progress& bar;
 };
 
+/// What rank 0 records of each call: the traffic, status and distortion of the measured calls,
+/// their running sums for the cumulative error, and the last measured output. Shared by the CPU
+/// measurement below and the device one (bellows-bench/device.cu).
+class tally {
+public:
+  tally(const run_request& req, method_result& res) : req_(&req), res_(&res), cumulative_(req.settings.steps > 1) {
+    sum_grad_.resize(cumulative_ ? req.layer.size() : 0);
+    sum_out_.resize(cumulative_ ? req.layer.size() : 0);
+  }
+
+  /// Call `call` turned input g into out with result r.
+  void add(std::size_t call, std::span<const float> g, std::span<const float> out, const reduce_result& r) {
+    req_->bar.advance();
+    if (call >= req_->settings.steps) return;
+    res_->sent += r.sent;
+    if (r.status != step_status::ok) ++res_->non_finite_steps;
+    const distortion d = compare(g, out);
+    res_->rel_error.push_back(d.rel_error);
+    res_->cosine.push_back(d.cosine);
+    if (cumulative_) {
+      cpu::add_into(req_->exec, sum_grad_, g);
+      cpu::add_into(req_->exec, sum_out_, out);
+    }
+    if (req_->settings.keep_output && call + 1 == req_->settings.steps) res_->output.assign(out.begin(), out.end());
+  }
+
+  /// After the last call.
+  void finish() const {
+    res_->cumulative_rel_error = cumulative_ ? compare(sum_grad_, sum_out_).rel_error : res_->rel_error.front();
+  }
+
+private:
+  const run_request* req_;
+  method_result* res_;
+  bool cumulative_;
+  std::vector<float> sum_grad_, sum_out_;
+};
+
 /// Runs the compressor that `make(exec)` builds. Each rank builds its own compressor and state, as
 /// the processes of a real job would. Before each call the ranks meet in a one-float allreduce
 /// (outside the timed region), so a call's time is the slowest rank's time from a common start.
@@ -68,8 +106,7 @@ method_result measure(const run_request& req, Make&& make) {
   method_result res;
   res.floor_seconds = bench::stream_read_seconds(req.input.at(0));
   std::vector<std::vector<double>> seconds(s.workers, std::vector<double>(calls - 1));
-  const bool cumulative = s.steps > 1;
-  std::vector<float> sum_grad(cumulative ? n : 0), sum_out(cumulative ? n : 0);
+  tally record(req, res);
 
   collectives::local_group group(s.workers);
   group.run([&](collectives::local& comm) {
@@ -87,19 +124,7 @@ method_result measure(const run_request& req, Make&& make) {
       const reduce_result r = compressor.reduce(state, buf, comm);
       const double t = clock.seconds();
       if (call > 0) seconds[comm.rank()][call - 1] = t;
-      if (comm.rank() != 0) continue;
-      req.bar.advance();
-      if (call >= s.steps) continue;
-      res.sent += r.sent;
-      if (r.status != step_status::ok) ++res.non_finite_steps;
-      const distortion d = compare(g, buf);
-      res.rel_error.push_back(d.rel_error);
-      res.cosine.push_back(d.cosine);
-      if (cumulative) {
-        cpu::add_into(req.exec, sum_grad, g);
-        cpu::add_into(req.exec, sum_out, buf);
-      }
-      if (s.keep_output && call + 1 == s.steps) res.output = buf;
+      if (comm.rank() == 0) record.add(call, g, buf, r);
     }
   });
 
@@ -108,7 +133,7 @@ method_result measure(const run_request& req, Make&& make) {
     for (const std::vector<double>& rank_seconds : seconds) slowest = std::max(slowest, rank_seconds[c]);
     res.call_seconds.push_back(slowest);
   }
-  res.cumulative_rel_error = cumulative ? compare(sum_grad, sum_out).rel_error : res.rel_error.front();
+  record.finish();
   return res;
 }
 

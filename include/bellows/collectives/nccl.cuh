@@ -33,13 +33,6 @@ inline void nccl_check(ncclResult_t status, const char* what, const char* file, 
     fail<collective_error>(file, ":", line, ": ", what, " failed: ", ncclGetErrorString(status));
 }
 
-/// True when p points to device (or managed) memory that NCCL can read in place.
-[[nodiscard]] inline bool on_device(const void* p) {
-  cudaPointerAttributes a{};
-  BELLOWS_CUDA_CHECK(cudaPointerGetAttributes(&a, p));
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
-
 }  // namespace bellows::detail
 
 #define BELLOWS_NCCL_CHECK(call) ::bellows::detail::nccl_check((call), #call, __FILE__, __LINE__)
@@ -72,7 +65,7 @@ public:
   /// every rank). Device memory: enqueued, not waited for. Host memory: staged, and waited for.
   void allreduce_sum(std::span<float> v) {
     if (v.empty()) return;
-    if (detail::on_device(v.data())) {
+    if (cuda::on_device(v.data())) {
       BELLOWS_NCCL_CHECK(ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm_, stream_));
       return;
     }

@@ -27,6 +27,13 @@ inline void check(cudaError_t status, const char* what, const char* file, int li
   return count;
 }
 
+/// True when p points to device (or managed) memory, which a device collective reads in place.
+[[nodiscard]] inline bool on_device(const void* p) {
+  cudaPointerAttributes a{};
+  check(cudaPointerGetAttributes(&a, p), "cudaPointerGetAttributes(&a, p)", __FILE__, __LINE__);
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 }  // namespace bellows::cuda
 
 #define BELLOWS_CUDA_CHECK(call) ::bellows::cuda::check((call), #call, __FILE__, __LINE__)
