@@ -14,6 +14,11 @@
 //      e = m - (this rank's decoded payload), in one kernel, enqueued and not waited for.
 // A malformed payload raises wire_error with the message the CPU's validation gives for it
 // (cuda::payload_slots copies it back for detail::qsgd_format::check), naming the rank.
+//
+// PayloadCodec on device memory, for a trainer that carries the payloads itself: encode
+// quantizes its input as it is into the caller's device storage, the CPU's bytes, with the same
+// kernels as a step; validate runs the step's validation kernel over the one payload; decode_add
+// adds the decoded payload with cuda::unpack_dequantize, the CPU's sums.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,6 +28,7 @@
 #include <cstdint>
 #include <span>
 
+#include "bellows/compressors/detail/device_payload.cuh"
 #include "bellows/compressors/detail/qsgd_format.hpp"
 #include "bellows/compressors/qsgd.hpp"
 #include "bellows/concepts.hpp"
@@ -61,8 +67,11 @@ public:
   [[nodiscard]] const qsgd_params& params() const noexcept { return format_.params(); }
   [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allgather; }
 
+  /// Validates the layer and sizes its state; reserves the executor's workspace for the words of
+  /// a PayloadCodec call (a non-finite flag and a verdict).
   [[nodiscard]] state make_state(const layer_info& layer) const {
     detail::qsgd_format::check_layer(layer);
+    exec_->reserve(cuda::payload_words::bytes());
     state st;
     st.layer = layer;
     st.memory = detail::zero_memory(params().feedback, layer.size(), *exec_);
@@ -126,6 +135,71 @@ public:
     return {step_status::ok, sent};
   }
 
+  // PayloadCodec on device memory: the CPU compressor's members, with `in`, `out`, the payload
+  // and `acc` in device memory, enqueued on the executor's stream.
+
+  /// The bytes of every payload of the layer, as on the CPU.
+  [[nodiscard]] std::size_t max_payload_bytes(const state& st) const { return format_.payload_bytes(st.layer.size()); }
+
+  /// This rank's payload for `in` as it is (m = g + e when the caller keeps a memory), with the
+  /// noise of {seed, state.step, layer id, rank}, written into `out` (max_payload_bytes from a
+  /// multiple of 8): the CPU's bytes. The step counter is not advanced. Enqueued, not waited for
+  /// (every payload of a layer has one size). Raises bellows::error when `in` or `out` does not fit.
+  [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in, std::span<std::byte> out,
+                                            std::size_t rank = 0) const {
+    const std::size_t n = st.layer.size();
+    detail::qsgd_format::check_size(st.layer, in.size());
+    const std::size_t bytes = format_.payload_bytes(n), codes_at = format_.codes_offset(n);
+    detail::check_payload_storage("qsgd", st.layer, out, bytes);
+    const code_layout l = format_.layout(n);
+    const cuda::payload_words words(exec_->workspace());
+    BELLOWS_CUDA_CHECK(cudaMemsetAsync(words.non_finite, 0, sizeof(unsigned), exec_->stream()));
+    quantize_pack(*exec_, in, l, params().norm, format_.stream(st.step, st.layer, rank),
+                  {reinterpret_cast<float*>(out.data() + wire::header_bytes), l.buckets()},
+                  {reinterpret_cast<std::uint8_t*>(out.data() + codes_at), l.code_bytes()}, words.non_finite);
+    cuda::detail::launch(&cuda::detail::finish_payload_kernel, 1, 1, exec_->stream(), out.data(), format_.header(n),
+                         words.non_finite, codes_at + l.code_bytes(), bytes);
+    return out.first(bytes);
+  }
+
+  /// The CPU's validate of a payload in device memory: raises bellows::wire_error with the CPU's
+  /// message for a malformed payload, returns non_finite for a flagged one. Waits for the
+  /// executor's stream once, to return the status (twice on the way to a wire_error).
+  [[nodiscard]] step_status validate(const state& st, std::span<const std::byte> payload) const {
+    const std::size_t n = st.layer.size();
+    const code_layout l = format_.layout(n);
+    const std::size_t bytes = format_.payload_bytes(n);
+    return detail::validate_device_payload(
+        "qsgd", st.layer, *exec_, payload, bytes, bytes,
+        [&](unsigned* verdicts) {
+          const unsigned blocks = std::min(cuda::blocks_for(l.buckets() + 1, 256), 4096u);
+          cuda::detail::launch(&cuda::detail::check_payloads_kernel, blocks, 256u, exec_->stream(), payload.data(),
+                               bytes, std::size_t{1}, format_.header(n), format_.codes_offset(n), l.code_bytes(),
+                               static_cast<unsigned>(n * l.bits % 8), verdicts);
+        },
+        [&](std::span<const std::byte> host) {
+          const wire::reader r = format_.check(st.layer, host);
+          return (r.head().flags & wire::flag::non_finite) ? step_status::non_finite : step_status::ok;
+        });
+  }
+
+  /// The CPU's decode_add on device memory: validates as validate does (waiting for the stream
+  /// once), and when the payload is good and finite adds its decoded values to `acc` (n floats),
+  /// the CPU's sums; that is enqueued, not waited for. `acc` is untouched on error or non_finite.
+  /// Raises bellows::error when `acc` does not fit the layer.
+  [[nodiscard]] step_status decode_add(const state& st, std::span<const std::byte> payload,
+                                       std::span<float> acc) const {
+    detail::qsgd_format::check_size(st.layer, acc.size());
+    const step_status s = validate(st, payload);
+    if (s != step_status::ok) return s;
+    const std::size_t n = st.layer.size();
+    const code_layout l = format_.layout(n);
+    unpack_dequantize(*exec_, {reinterpret_cast<const float*>(payload.data() + wire::header_bytes), l.buckets()},
+                      {reinterpret_cast<const std::uint8_t*>(payload.data() + format_.codes_offset(n)), l.code_bytes()},
+                      l, acc, true);
+    return s;
+  }
+
   /// The CPU compressor's checkpoint record (step counter, then the error memory): either
   /// backend reads what the other wrote. Both wait for the executor's stream.
   void save(const state& st, checkpoint_writer& out) const {
@@ -143,5 +217,6 @@ private:
 
 static_assert(Compressor<qsgd<cuda::executor>, archetypes::device_collective>,
               "qsgd<cuda::executor> must model Compressor over a DeviceCollective");
+static_assert(PayloadCodec<qsgd<cuda::executor>>, "qsgd<cuda::executor> must model PayloadCodec (device memory)");
 
 }  // namespace bellows

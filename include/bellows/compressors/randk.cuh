@@ -12,10 +12,16 @@
 //   elsewhere) and the staged memory made current; enqueued and not waited for.
 // Per-rank mode (indices per rank, averaged by allgather) is not on the device yet: the
 // constructor refuses it.
+//
+// PayloadCodec on device memory, for a trainer that carries the payloads itself: encode (below)
+// draws the step's shared indices and gathers its input as it is into the caller's device
+// storage, the CPU's bytes; validate, decode_add and max_payload_bytes are
+// detail::device_sparse_codec's, each the CPU's member.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -56,6 +62,7 @@ public:
     [[nodiscard]] std::size_t k() const noexcept { return plan.k; }
   };
 
+  static constexpr wire::codec codec = randk_method::codec;
   static constexpr const char* name = "randk";
 
   explicit randk(randk_params params = {}, cuda::executor& exec = cuda::executor::shared()) : base(params, exec) {
@@ -66,7 +73,8 @@ public:
   [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allreduce; }
 
   /// Validates the parameters for the layer (raising bellows::error that names both) and sizes
-  /// the state; reserves the executor's workspace for the draw.
+  /// the state; reserves the executor's workspace for the draw and for the validation of one
+  /// payload.
   [[nodiscard]] state make_state(const layer_info& layer) const {
     BELLOWS_EXPECTS(!params_.unbiased || params_.feedback == feedback::none, "randk: layer '", layer.name,
                     "': unbiased scaling needs feedback none, got feedback ", to_string(params_.feedback));
@@ -87,12 +95,8 @@ public:
     const std::span<float> values(st.values.data(), k);
 
     cuda::sample_workspace ws(st.plan, exec_->workspace());
-    draw_sample(*exec_, st.plan,
-                {params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id, philox::stream::shared}, ws);
-    const float scale =
-        params_.unbiased ? static_cast<float>(static_cast<double>(st.layer.size()) / static_cast<double>(k)) : 1.0f;
-    gather_sample(*exec_, st.plan, ws, inout, st.memory.span(), st.staged.span(),
-                  sparse_arrays<std::uint32_t>{st.index.span(), values}, scale);
+    draw_and_gather(st, ws, inout, st.memory.span(), st.staged.span(),
+                    sparse_arrays<std::uint32_t>{st.index.span(), values});
     flag_to_float(*exec_, ws.non_finite, st.values.data() + k);
     coll.allreduce_sum(st.values.span());
     BELLOWS_CUDA_CHECK(cudaMemcpyAsync(&st.flag, st.values.data() + k, sizeof(float), cudaMemcpyDeviceToHost, stream));
@@ -109,6 +113,22 @@ public:
     return r;
   }
 
+  /// PayloadCodec encode on device memory: the payload of the step's shared draw (keyed by
+  /// state.step; `rank` does not change it in shared mode) of `in` as it is (no error memory;
+  /// the step counter is not advanced), written into `out` (max_payload_bytes from a multiple
+  /// of 8), the CPU's bytes. Waits for the executor's stream once: the payload of non-finite
+  /// input is its header alone (flagged), so its length is known only then. Raises
+  /// bellows::error when `in` or `out` does not fit.
+  [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in, std::span<std::byte> out,
+                                            std::size_t rank = 0) const {
+    (void)rank;
+    const std::size_t k = st.plan.k;
+    check_encode(st, in.size(), out, k);
+    cuda::sample_workspace ws(st.plan, exec_->workspace());
+    draw_and_gather(st, ws, in, {}, {}, detail::sparse_entries_at(out.data(), k));
+    return finish_encode(st, out, k, ws.non_finite);
+  }
+
 private:
   /// Plans the draw of this compressor's k (validating the parameters for the layer) and sizes
   /// the buffers when the state was made for another k (by the other level's compressor, or
@@ -117,13 +137,28 @@ private:
     const std::size_t k = kept(st.layer);
     if (st.values.size() == k + 1 && st.plan.k == k) return;
     st.plan = plan_sample(st.layer.size(), k);
-    exec_->reserve(cuda::sample_workspace::bytes(st.plan));  // raises for layers of 2^32 elements or more
+    // raises for layers of 2^32 elements or more
+    exec_->reserve(std::max(cuda::sample_workspace::bytes(st.plan), cuda::payload_words::bytes()));
     st.index = cuda::device_buffer<std::uint32_t>(k);
     st.values = cuda::device_buffer<float>(k + 1);
+  }
+
+  /// The step's shared draw into `ws`, then the kept entries of v = g (+ e) into `out`, scaled
+  /// when unbiased, with the next memory into `staged` when `e` is not empty; *ws.non_finite set
+  /// for NaN or Inf in v.
+  void draw_and_gather(const state& st, cuda::sample_workspace& ws, std::span<const float> g, std::span<const float> e,
+                       std::span<float> staged, sparse_arrays<std::uint32_t> out) const {
+    draw_sample(*exec_, st.plan,
+                {params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id, philox::stream::shared}, ws);
+    const float scale = params_.unbiased
+                            ? static_cast<float>(static_cast<double>(st.layer.size()) / static_cast<double>(st.plan.k))
+                            : 1.0f;
+    gather_sample(*exec_, st.plan, ws, g, e, staged, out, scale);
   }
 };
 
 static_assert(Compressor<randk<cuda::executor>, archetypes::device_collective>,
               "randk<cuda::executor> must model Compressor over a DeviceCollective");
+static_assert(PayloadCodec<randk<cuda::executor>>, "randk<cuda::executor> must model PayloadCodec (device memory)");
 
 }  // namespace bellows

@@ -16,6 +16,10 @@
 // Then the staged memory becomes current. A malformed payload raises the CPU validation's
 // wire_error (cuda::payload_slots copies it back for detail::read_sparse), naming the rank.
 // Approximate mode is not on the device: the constructor refuses it.
+//
+// PayloadCodec on device memory, for a trainer that carries the payloads itself: encode (below)
+// selects from its input as it is, into the caller's device storage, the CPU's bytes; validate,
+// decode_add and max_payload_bytes are detail::device_sparse_codec's, each the CPU's member.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,54 +50,6 @@
 #include "bellows/cuda/sparse.cuh"
 #include "bellows/plan/select.hpp"
 
-namespace bellows::cuda::detail {
-
-/// Writes the header `h` (k entries) at the start of this rank's payload, or, when *non_finite,
-/// the header of the empty payload flagged non-finite. One thread.
-__global__ void finish_sparse_payload_kernel(std::byte* payload, wire::header h, const unsigned* non_finite) {
-  if (*non_finite != 0) {
-    h.flags |= wire::flag::non_finite;
-    h.count = 0;
-    h.body_bytes = 0;
-  }
-  *reinterpret_cast<wire::header*>(payload) = h;
-}
-
-/// Validates `ranks` sparse payloads of 32-bit indices, slot r holding rank r's, as
-/// detail::read_sparse does for exactly want.count entries: the header (or the empty flagged
-/// one), every index below n and above the one before it, every value finite. Item j < k of a
-/// rank is its entry j, item k its header. OR-s into verdict[r] and verdict[ranks].
-__global__ void check_sparse_payloads_kernel(const std::byte* slots, std::size_t slot, std::size_t ranks,
-                                             wire::header want, unsigned* verdict) {
-  const std::size_t k = want.count, items = k + 1;
-  for (std::size_t t = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; t < ranks * items;
-       t += std::size_t{gridDim.x} * blockDim.x) {
-    const std::size_t r = t / items, j = t % items;
-    const std::byte* p = slots + r * slot;
-    const wire::header& h = *reinterpret_cast<const wire::header*>(p);
-    const bool flagged = (h.flags & wire::flag::non_finite) != 0;
-    unsigned bad = 0;
-    if (j < k) {
-      const auto* index = reinterpret_cast<const std::uint32_t*>(p + wire::header_bytes);
-      const float v = reinterpret_cast<const float*>(p + wire::header_bytes + 4 * k)[j];
-      if (!flagged && (index[j] >= want.n || (j > 0 && index[j - 1] >= index[j]) ||
-                       (__float_as_uint(v) & 0x7FFFFFFFu) >= 0x7F800000u))
-        bad = cuda::payload_malformed;
-    } else {
-      const bool ok = h.magic == want.magic && h.version == want.version && h.codec == want.codec &&
-                      (h.flags & ~wire::flag::non_finite) == 0 && h.n == want.n && h.param == 0 && h.reserved == 0 &&
-                      (flagged ? h.count == 0 && h.body_bytes == 0 : h.count == k && h.body_bytes == want.body_bytes);
-      bad = !ok ? cuda::payload_malformed : flagged ? cuda::payload_non_finite : 0u;
-    }
-    if (bad != 0) {
-      atomicOr(&verdict[r], bad);
-      atomicOr(&verdict[ranks], bad);
-    }
-  }
-}
-
-}  // namespace bellows::cuda::detail
-
 namespace bellows {
 
 template <>
@@ -117,6 +73,7 @@ public:
     [[nodiscard]] std::size_t k() const noexcept { return plan.k; }
   };
 
+  static constexpr wire::codec codec = topk_method::codec;
   static constexpr const char* name = "topk";
 
   explicit topk(topk_params params = {}, cuda::executor& exec = cuda::executor::shared()) : base(params, exec) {
@@ -127,7 +84,8 @@ public:
   [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allgather; }
 
   /// Validates the parameters for the layer (raising bellows::error that names both) and sizes
-  /// the state; reserves the executor's workspace for the selection (layers below 2^31 elements).
+  /// the state; reserves the executor's workspace for the selection (layers below 2^31 elements)
+  /// and for the validation of one payload.
   [[nodiscard]] state make_state(const layer_info& layer) const {
     state st;
     start(st, layer);
@@ -148,13 +106,29 @@ public:
     return r;
   }
 
+  /// PayloadCodec encode on device memory: this rank's payload of the k entries of largest
+  /// magnitude of `in` as it is (no error memory; the step counter is not advanced), written
+  /// into `out` (max_payload_bytes from a multiple of 8), the CPU's bytes; `rank` does not change
+  /// an exact selection. Waits for the executor's stream once: the payload of non-finite input
+  /// is its header alone (flagged), so its length is known only then. Raises bellows::error
+  /// when `in` or `out` does not fit.
+  [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in, std::span<std::byte> out,
+                                            std::size_t rank = 0) const {
+    (void)rank;
+    const std::size_t k = st.plan.k;
+    check_encode(st, in.size(), out, k);
+    cuda::select_workspace ws(st.plan, exec_->workspace());
+    select_top(*exec_, st.plan, in, {}, {}, ws, detail::sparse_entries_at(out.data(), k));
+    return finish_encode(st, out, k, ws.non_finite);
+  }
+
 private:
   /// Plans the selection of this compressor's k (validating the parameters for the layer) and
-  /// reserves its workspace.
+  /// reserves its workspace, which also serves the validation of one payload.
   void plan(state& st) const {
     const std::size_t k = kept(st.layer);
     st.plan = plan_select(st.layer.size(), k, k);
-    exec_->reserve(cuda::select_workspace::bytes(st.plan));
+    exec_->reserve(std::max(cuda::select_workspace::bytes(st.plan), cuda::payload_words::bytes()));
   }
 
   /// plan() again for a state planned for another k (made by the other level's compressor of a
@@ -170,22 +144,11 @@ private:
     const cudaStream_t stream = exec_->stream();
     cuda::payload_slots& slots = st.slots;
     slots.prepare(ranks, bytes, stream);
-    wire::header h{};
-    h.codec = topk_method::codec.id;
-    h.n = n;
-    h.count = k;
-    h.body_bytes = bytes - wire::header_bytes;
+    const wire::header h = sparse_header(n, k);
 
     std::byte* mine = slots.of(rank);
-    const auto index_of = [&](std::size_t r) {
-      return reinterpret_cast<std::uint32_t*>(slots.of(r) + wire::header_bytes);
-    };
-    const auto values_of = [&](std::size_t r) {
-      return reinterpret_cast<float*>(slots.of(r) + wire::header_bytes + 4 * k);
-    };
     cuda::select_workspace ws(st.plan, exec_->workspace());
-    select_top(*exec_, st.plan, inout, st.memory.span(), st.staged.span(), ws,
-               sparse_arrays<std::uint32_t>{{index_of(rank), k}, {values_of(rank), k}});
+    select_top(*exec_, st.plan, inout, st.memory.span(), st.staged.span(), ws, detail::sparse_entries_at(mine, k));
     cuda::detail::launch(&cuda::detail::finish_sparse_payload_kernel, 1u, 1u, stream, mine, h, ws.non_finite);
     coll.allgather_slots(std::span<const std::byte>(mine, bytes), slots.all(), slots.slot());
     const unsigned blocks = std::min(cuda::blocks_for(ranks * (k + 1), 256), 4096u);
@@ -202,9 +165,10 @@ private:
                           mine_finite ? traffic{bytes, k, k} : traffic{wire::header_bytes, 0, 0}};
     if (r.status != step_status::ok) return r;
     fill(*exec_, inout, 0.0f);
-    for (std::size_t q = 0; q < ranks; ++q)
-      scatter_add(*exec_, inout, std::span<const std::uint32_t>(index_of(q), k),
-                  std::span<const float>(values_of(q), k));
+    for (std::size_t q = 0; q < ranks; ++q) {
+      const sparse_arrays<std::uint32_t> e = detail::sparse_entries_at(slots.of(q), k);
+      scatter_add(*exec_, inout, std::span<const std::uint32_t>(e.index), std::span<const float>(e.value));
+    }
     if (ranks != 1) divide(*exec_, inout, static_cast<float>(ranks));
     return r;
   }
@@ -237,5 +201,6 @@ private:
 
 static_assert(Compressor<topk<cuda::executor>, archetypes::device_collective>,
               "topk<cuda::executor> must model Compressor over a DeviceCollective");
+static_assert(PayloadCodec<topk<cuda::executor>>, "topk<cuda::executor> must model PayloadCodec (device memory)");
 
 }  // namespace bellows

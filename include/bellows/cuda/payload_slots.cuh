@@ -3,6 +3,9 @@
 // step: one slot per rank, exchanged in place by a DeviceCollective's allgather_slots, and the
 // words their kernels report in: this rank's non-finite flag, then one verdict per rank on its
 // payload and the worst of them. The verdicts are the one thing a step copies back and waits for.
+// The same words for a call on one payload (a PayloadCodec's encode, validate or decode_add on
+// device memory) come from the executor's workspace (payload_words), and a payload the device
+// refuses is checked again on a host copy (with_host_copy), by the CPU's validation.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +16,7 @@
 #include <cstring>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "bellows/core/error.hpp"
@@ -27,6 +31,41 @@ namespace bellows::cuda {
 /// Bits of a verdict, OR-ed by the validation kernels per rank and over all ranks.
 inline constexpr unsigned payload_non_finite = 1u;  ///< the sender flagged its input non-finite
 inline constexpr unsigned payload_malformed = 2u;   ///< the payload breaks the wire format or the layer
+
+/// Calls f(bytes) on a host copy of the device bytes `payload`, made after the work enqueued on
+/// the executor's stream (this waits for it), and returns what f returns. The copy starts at the
+/// same address modulo 8 as `payload` does, so that the wire reader's alignment check sees on
+/// the host what it would see on the device. It allocates: for the paths to a wire_error and for
+/// header-only payloads, never for a step's hot path.
+template <class F>
+decltype(auto) with_host_copy(executor& exec, std::span<const std::byte> payload, F&& f) {
+  const std::size_t shift = reinterpret_cast<std::uintptr_t>(payload.data()) % 8;
+  std::vector<std::uint64_t> copy((shift + payload.size() + 7) / 8 + 1);
+  std::byte* at = reinterpret_cast<std::byte*>(copy.data()) + shift;
+  if (!payload.empty())
+    BELLOWS_CUDA_CHECK(cudaMemcpyAsync(at, payload.data(), payload.size(), cudaMemcpyDeviceToHost, exec.stream()));
+  exec.synchronize();
+  return std::forward<F>(f)(std::span<const std::byte>(at, payload.size()));
+}
+
+/// The device words of a call on one payload, carved from the executor's workspace: a
+/// non-finite flag for the encoding kernels, then the two verdict words (the payload's, the
+/// worst) of a validation kernel run over it as the one slot of one rank.
+struct payload_words {
+  unsigned* non_finite = nullptr;
+  unsigned* verdicts = nullptr;
+  std::size_t used = 0;
+
+  payload_words() = default;
+  explicit payload_words(arena a) {
+    non_finite = a.take<unsigned>(3);
+    verdicts = non_finite != nullptr ? non_finite + 1 : nullptr;
+    used = a.used();
+  }
+
+  /// Device bytes the words take (reserve them in the executor at make_state).
+  [[nodiscard]] static std::size_t bytes() { return payload_words(arena()).used; }
+};
 
 class payload_slots {
 public:
@@ -74,18 +113,18 @@ public:
                                      Check&& check) const {
     std::size_t r = 0;
     while ((verdicts_[r] & payload_malformed) == 0) ++r;
-    std::vector<std::uint64_t> copy(slot_ / 8);  // 8-byte aligned, as the wire reader needs
-    BELLOWS_CUDA_CHECK(cudaMemcpyAsync(copy.data(), of(r), slot_, cudaMemcpyDeviceToHost, exec.stream()));
-    exec.synchronize();
-    const std::span<const std::byte> bytes = std::as_bytes(std::span(copy));
-    wire::header h;
-    std::memcpy(static_cast<void*>(&h), bytes.data(), sizeof h);
-    const std::size_t claimed = wire::header_bytes + std::min<std::uint64_t>(h.body_bytes, slot_ - wire::header_bytes);
-    try {
-      check(bytes.first(claimed));
-    } catch (const wire_error& e) {
-      bellows::fail<wire_error>(who, ": layer '", layer.name, "': the payload of rank ", r, ": ", e.what());
-    }
+    // a slot starts at a multiple of 256 bytes: its copy is 8-byte aligned, as the reader needs
+    with_host_copy(exec, {of(r), slot_}, [&](std::span<const std::byte> bytes) {
+      wire::header h;
+      std::memcpy(static_cast<void*>(&h), bytes.data(), sizeof h);
+      const std::size_t claimed =
+          wire::header_bytes + std::min<std::uint64_t>(h.body_bytes, slot_ - wire::header_bytes);
+      try {
+        check(bytes.first(claimed));
+      } catch (const wire_error& e) {
+        bellows::fail<wire_error>(who, ": layer '", layer.name, "': the payload of rank ", r, ": ", e.what());
+      }
+    });
     bellows::fail<error>(who, ": layer '", layer.name, "': the device found the payload of rank ", r,
                          " malformed and the host's validation did not (a bug in bellows)");
   }

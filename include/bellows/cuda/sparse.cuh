@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Kept values put back into a dense buffer on the device: cpu/sparse.hpp's scatter-add, and the
-// plain scatter of the dense top-k average (cpu::select_top_dense's writes).
+// plain scatter of the dense top-k average (cpu::select_top_dense's writes); and the header and
+// the validation of the sparse payloads (32-bit indices) of top-k and rand-k.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,14 +12,60 @@
 #include <span>
 
 #include "bellows/core/error.hpp"
+#include "bellows/core/wire.hpp"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/launch.cuh"
+#include "bellows/cuda/payload_slots.cuh"
 
 namespace bellows::cuda {
 
 namespace detail {
 
 inline constexpr unsigned scatter_threads = 256;
+
+/// Writes the header `h` (k entries) at the start of this rank's payload, or, when *non_finite,
+/// the header of the empty payload flagged non-finite. One thread.
+__global__ void finish_sparse_payload_kernel(std::byte* payload, wire::header h, const unsigned* non_finite) {
+  if (*non_finite != 0) {
+    h.flags |= wire::flag::non_finite;
+    h.count = 0;
+    h.body_bytes = 0;
+  }
+  *reinterpret_cast<wire::header*>(payload) = h;
+}
+
+/// Validates `ranks` sparse payloads of 32-bit indices, slot r holding rank r's, as
+/// detail::read_sparse does for exactly want.count entries: the header (or the empty flagged
+/// one), every index below n and above the one before it, every value finite. Item j < k of a
+/// rank is its entry j, item k its header. OR-s into verdict[r] and verdict[ranks].
+__global__ void check_sparse_payloads_kernel(const std::byte* slots, std::size_t slot, std::size_t ranks,
+                                             wire::header want, unsigned* verdict) {
+  const std::size_t k = want.count, items = k + 1;
+  for (std::size_t t = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; t < ranks * items;
+       t += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t r = t / items, j = t % items;
+    const std::byte* p = slots + r * slot;
+    const wire::header& h = *reinterpret_cast<const wire::header*>(p);
+    const bool flagged = (h.flags & wire::flag::non_finite) != 0;
+    unsigned bad = 0;
+    if (j < k) {
+      const auto* index = reinterpret_cast<const std::uint32_t*>(p + wire::header_bytes);
+      const float v = reinterpret_cast<const float*>(p + wire::header_bytes + 4 * k)[j];
+      if (!flagged && (index[j] >= want.n || (j > 0 && index[j - 1] >= index[j]) ||
+                       (__float_as_uint(v) & 0x7FFFFFFFu) >= 0x7F800000u))
+        bad = cuda::payload_malformed;
+    } else {
+      const bool ok = h.magic == want.magic && h.version == want.version && h.codec == want.codec &&
+                      (h.flags & ~wire::flag::non_finite) == 0 && h.n == want.n && h.param == 0 && h.reserved == 0 &&
+                      (flagged ? h.count == 0 && h.body_bytes == 0 : h.count == k && h.body_bytes == want.body_bytes);
+      bad = !ok ? cuda::payload_malformed : flagged ? cuda::payload_non_finite : 0u;
+    }
+    if (bad != 0) {
+      atomicOr(&verdict[r], bad);
+      atomicOr(&verdict[ranks], bad);
+    }
+  }
+}
 
 template <class Index>
 __global__ void scatter_kernel(float* out, const Index* index, const float* value, std::size_t count, bool add) {

@@ -1,22 +1,33 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the device top-k and rand-k (compressors/topk.cuh, compressors/randk.cuh) share around
 // their selection: a layer's step counter and error memory with its staged successor, the checks
-// before a step, the commit once every rank was finite, and the checkpoint record of the CPU's
-// sparse compressors (compressors/detail/step_record.hpp).
+// before a step, the commit once every rank was finite, the checkpoint record of the CPU's
+// sparse compressors (compressors/detail/step_record.hpp), and the PayloadCodec members on
+// device memory but for the selection of encode: max_payload_bytes, validate and decode_add.
 #pragma once
 
+#include <cuda_runtime.h>
+
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <utility>
 
+#include "bellows/compressors/detail/device_payload.cuh"
 #include "bellows/compressors/detail/device_state.cuh"
 #include "bellows/compressors/detail/sparse_codec.hpp"
 #include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
 #include "bellows/core/shape.hpp"
+#include "bellows/core/traffic.hpp"
+#include "bellows/core/wire.hpp"
 #include "bellows/cuda/buffer.cuh"
+#include "bellows/cuda/check.cuh"
 #include "bellows/cuda/executor.cuh"
+#include "bellows/cuda/launch.cuh"
+#include "bellows/cuda/sparse.cuh"
+#include "bellows/plan/sparse.hpp"
 
 namespace bellows::detail {
 
@@ -28,11 +39,60 @@ struct device_sparse_state {
   cuda::device_buffer<float> staged;  ///< the next e, current once every rank was finite
 };
 
-/// Derived (CRTP) provides `name` and its Params provide ratio, k and feedback.
+/// Where the k entries of a sparse payload with 32-bit indices lie: the indices right after the
+/// header, then the values.
+[[nodiscard]] inline sparse_arrays<std::uint32_t> sparse_entries_at(std::byte* payload, std::size_t k) noexcept {
+  return {{reinterpret_cast<std::uint32_t*>(payload + wire::header_bytes), k},
+          {reinterpret_cast<float*>(payload + wire::header_bytes + 4 * k), k}};
+}
+
+/// Derived (CRTP) provides `name` and `codec` (its wire::codec), and its Params provide ratio,
+/// k and feedback.
 template <class Derived, class Params>
 class device_sparse_codec {
 public:
   [[nodiscard]] const Params& params() const noexcept { return params_; }
+
+  // PayloadCodec on device memory (Derived adds encode): the CPU compressor's members, with the
+  // payload and the accumulator in device memory, enqueued on the executor's stream.
+
+  /// The bytes of a payload of k entries for the layer, as on the CPU.
+  [[nodiscard]] std::size_t max_payload_bytes(const device_sparse_state& st) const {
+    return sparse_payload_bytes(st.layer.size(), kept(st.layer));
+  }
+
+  /// The CPU's validate of a payload in device memory: raises bellows::wire_error with the CPU's
+  /// message for a malformed payload, returns non_finite for a flagged one. Waits for the
+  /// executor's stream once, to return the status (twice on the way to a wire_error): see
+  /// detail::validate_device_payload.
+  [[nodiscard]] step_status validate(const device_sparse_state& st, std::span<const std::byte> payload) const {
+    const std::size_t n = st.layer.size(), k = kept(st.layer);
+    const wire::header want = sparse_header(n, k);
+    return validate_device_payload(
+        Derived::name, st.layer, *exec_, payload, sparse_payload_bytes(n, k), wire::header_bytes,
+        [&](unsigned* verdicts) {
+          const unsigned blocks = std::min(cuda::blocks_for(k + 1, 256), 4096u);
+          cuda::detail::launch(&cuda::detail::check_sparse_payloads_kernel, blocks, 256u, exec_->stream(),
+                               payload.data(), payload.size(), std::size_t{1}, want, verdicts);
+        },
+        [&](std::span<const std::byte> bytes) { return read_sparse(bytes, Derived::codec, st.layer, k, k).status; });
+  }
+
+  /// The CPU's decode_add on device memory: validates as validate does (waiting for the stream
+  /// once), and when the payload is good and finite adds its entries to `acc` (n floats), the
+  /// CPU's sums; that is enqueued, not waited for. `acc` is untouched on error or non_finite.
+  /// Raises bellows::error when `acc` does not fit the layer.
+  [[nodiscard]] step_status decode_add(const device_sparse_state& st, std::span<const std::byte> payload,
+                                       std::span<float> acc) const {
+    check_buffer(st, acc.size());
+    const step_status s = validate(st, payload);
+    if (s != step_status::ok) return s;
+    const std::size_t k = kept(st.layer);
+    const std::byte* entries = payload.data() + wire::header_bytes;
+    cuda::scatter_add(*exec_, acc, {reinterpret_cast<const std::uint32_t*>(entries), k},
+                      {reinterpret_cast<const float*>(entries + 4 * k), k});
+    return s;
+  }
 
   /// The CPU compressor's checkpoint record (step counter, then the error memory): either
   /// backend reads what the other wrote. Both wait for the executor's stream.
@@ -66,6 +126,48 @@ protected:
   void check(const device_sparse_state& st, std::size_t inout_size, cudaStream_t stream) const {
     check_step(Derived::name, st.layer, inout_size, stream, *exec_);
     check_memory(Derived::name, st.layer, st.memory, params_.feedback);
+  }
+
+  /// The header write_sparse writes for k entries of a layer of n elements (below 2^32).
+  [[nodiscard]] static wire::header sparse_header(std::size_t n, std::size_t k) {
+    wire::header h{};
+    h.codec = Derived::codec.id;
+    h.n = n;
+    h.count = k;
+    h.body_bytes = sparse_payload_bytes(n, k) - wire::header_bytes;
+    return h;
+  }
+
+  /// Raises bellows::error, as the CPU compressor does, when a buffer of n elements does not fit
+  /// the layer.
+  static void check_buffer(const device_sparse_state& st, std::size_t n) {
+    BELLOWS_EXPECTS(n == st.layer.size(), Derived::name, ": layer '", st.layer.name, "' of shape ",
+                    st.layer.shape.to_string(), " has ", st.layer.size(), " elements, the buffer ", n);
+  }
+
+  /// The checks before an encode enqueues anything: `in` fits the layer, the state keeps `k`
+  /// elements as this compressor does, and `out` holds max_payload_bytes from a multiple of 8.
+  void check_encode(const device_sparse_state& st, std::size_t in_size, std::span<const std::byte> out,
+                    std::size_t k) const {
+    check_buffer(st, in_size);
+    BELLOWS_EXPECTS(k == kept(st.layer), Derived::name, ": layer '", st.layer.name, "': the state keeps ", k,
+                    " elements, this compressor another number (make the state with it)");
+    check_payload_storage(Derived::name, st.layer, out, max_payload_bytes(st));
+  }
+
+  /// The end of an encode whose kernels wrote k entries after the header of `out` and set
+  /// *non_finite for non-finite input: writes the header (that of the empty payload flagged
+  /// non-finite, when it is set), copies the flag back and waits for the stream, and returns
+  /// the payload: its header alone when flagged, as on the CPU.
+  std::span<std::byte> finish_encode(const device_sparse_state& st, std::span<std::byte> out, std::size_t k,
+                                     const unsigned* non_finite) const {
+    const cudaStream_t stream = exec_->stream();
+    cuda::detail::launch(&cuda::detail::finish_sparse_payload_kernel, 1u, 1u, stream, out.data(),
+                         sparse_header(st.layer.size(), k), non_finite);
+    unsigned flagged = 0;
+    BELLOWS_CUDA_CHECK(cudaMemcpyAsync(&flagged, non_finite, sizeof flagged, cudaMemcpyDeviceToHost, stream));
+    exec_->synchronize();
+    return out.first(flagged != 0 ? wire::header_bytes : sparse_payload_bytes(st.layer.size(), k));
   }
 
   /// After a step every rank found finite: the staged memory becomes current.
