@@ -36,6 +36,10 @@
 #include <bellows/regime/static_policy.hpp>
 #include <bellows/sync/synchronizer.hpp>
 
+#if defined(FMNIST_CUDA)
+#include "device.hpp"
+#endif
+
 #include "idx.hpp"
 #include "train.hpp"
 
@@ -119,6 +123,10 @@ struct comparison_config {
   /// Threads of the executor the compressors share. The workers are already one thread each,
   /// so 1 keeps W threads on the machine's cores instead of W plus a pool.
   unsigned threads = 1;
+  /// Average the compressed runs on the GPU through the device Synchronizer (fmnist_demo
+  /// --backend cuda; only where FMNIST_CUDA is defined: device.hpp). The uncompressed run stays
+  /// on the CPU: bellows::identity has no device version. The results are the CPU run's.
+  bool on_device = false;
   /// Why the settings are what they are, for results.md (empty: nothing said).
   std::string rationale;
 
@@ -352,6 +360,20 @@ std::vector<run_result> run_comparison(const dataset& data, const comparison_con
             return bellows::synchronizer(critical, normal, bellows::static_policy(static_regime(spec.when)), exec);
           });
       };
+#if defined(FMNIST_CUDA)
+      if (config.on_device && spec.how != method::uncompressed) {
+        device_spec d;
+        d.powersgd = spec.how == method::powersgd;
+        d.powersgd_low = {.rank = config.powersgd_low_ranks.at(spec.pair)};
+        d.powersgd_high = {.rank = config.powersgd_high_rank};
+        d.topk_low = {.ratio = config.topk_low_ratio};
+        d.topk_high = {.ratio = config.topk_high_ratio};
+        if (spec.when == policy::accordion) d.accordion = config.accordion;
+        d.fixed = static_regime(spec.when);
+        run([&] { return device_averaging(d); });
+        continue;
+      }
+#endif
       if (spec.how == method::uncompressed)
         run([&] {
           return bellows::synchronizer(bellows::identity<>(exec), bellows::identity<>(exec),
