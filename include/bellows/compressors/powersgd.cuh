@@ -121,6 +121,13 @@ public:
     detail::write_powersgd_record(out, st.rank, st.step, e, q, st.cols);
   }
 
+  /// When the trainer's learning rate changes from lr_old to lr_new: a feedback::scaled memory
+  /// is multiplied by lr_old / lr_new, as state.memory.rescale(exec, lr_old, lr_new) does on the
+  /// CPU (enqueued); other memories are left alone.
+  void rescale(state& st, float lr_old, float lr_new) const {
+    detail::rescale_memory("powersgd", *exec_, st.memory, params_.feedback, lr_old, lr_new);
+  }
+
   /// Reads what save (or the CPU's save) wrote for the same layer, checking all of it as the
   /// CPU does (raising bellows::wire_error) before the state changes. Waits for the stream.
   void load(state& st, checkpoint_reader& in) const {

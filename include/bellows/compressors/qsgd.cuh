@@ -205,6 +205,13 @@ public:
   void save(const state& st, checkpoint_writer& out) const {
     detail::save_step_record(*exec_, st.step, st.memory, out);
   }
+  /// When the trainer's learning rate changes from lr_old to lr_new: a feedback::scaled memory
+  /// is multiplied by lr_old / lr_new, as state.memory.rescale(exec, lr_old, lr_new) does on the
+  /// CPU (enqueued); other memories are left alone.
+  void rescale(state& st, float lr_old, float lr_new) const {
+    detail::rescale_memory("qsgd", *exec_, st.memory, params().feedback, lr_old, lr_new);
+  }
+
   /// Reads what save wrote for the same layer and configuration; checks before it changes anything.
   void load(state& st, checkpoint_reader& in) const {
     detail::load_step_record(*exec_, st.step, st.memory, in, "qsgd step", "qsgd error memory");

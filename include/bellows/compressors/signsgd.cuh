@@ -13,7 +13,7 @@
 //      e = m - (this rank's decoded payload), in one kernel, enqueued and not waited for.
 // A malformed payload raises wire_error with the message the CPU's validation gives for it
 // (cuda::payload_slots copies it back for detail::signsgd_format::check), naming the rank.
-// feedback::scaled keeps a memory that acts as residual here (the device compressors do not rescale).
+// feedback::scaled keeps a memory that rescale() multiplies by lr_old / lr_new, as on the CPU.
 //
 // PayloadCodec on device memory, for a trainer that carries the payloads itself: encode writes
 // the scales and sign bits of its input as it is into the caller's device storage, the CPU's
@@ -207,6 +207,13 @@ public:
   void save(const state& st, checkpoint_writer& out) const {
     detail::save_step_record(*exec_, st.step, st.memory, out);
   }
+  /// When the trainer's learning rate changes from lr_old to lr_new: a feedback::scaled memory
+  /// is multiplied by lr_old / lr_new, as state.memory.rescale(exec, lr_old, lr_new) does on the
+  /// CPU (enqueued); other memories are left alone.
+  void rescale(state& st, float lr_old, float lr_new) const {
+    detail::rescale_memory("signsgd", *exec_, st.memory, params().feedback, lr_old, lr_new);
+  }
+
   /// Reads what save wrote for the same layer and configuration; checks before it changes anything.
   void load(state& st, checkpoint_reader& in) const {
     detail::load_step_record(*exec_, st.step, st.memory, in, "signsgd step", "signsgd error memory");

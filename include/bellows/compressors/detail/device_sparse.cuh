@@ -99,6 +99,13 @@ public:
   void save(const device_sparse_state& st, checkpoint_writer& out) const {
     save_step_record(*exec_, st.step, st.memory, out);
   }
+  /// When the trainer's learning rate changes from lr_old to lr_new: a feedback::scaled memory
+  /// is multiplied by lr_old / lr_new, as state.memory.rescale(exec, lr_old, lr_new) does on the
+  /// CPU (enqueued); other memories are left alone.
+  void rescale(device_sparse_state& st, float lr_old, float lr_new) const {
+    rescale_memory(Derived::name, *exec_, st.memory, params_.feedback, lr_old, lr_new);
+  }
+
   /// Reads what save wrote for the same layer and configuration; checks before it changes anything.
   void load(device_sparse_state& st, checkpoint_reader& in) const {
     load_step_record(*exec_, st.step, st.memory, in, Derived::name, Derived::name);

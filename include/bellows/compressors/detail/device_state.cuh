@@ -18,6 +18,7 @@
 #include "bellows/core/shape.hpp"
 #include "bellows/cuda/buffer.cuh"
 #include "bellows/cuda/check.cuh"
+#include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/transfer.cuh"
 #include "bellows/plan/feedback.hpp"
@@ -51,6 +52,15 @@ inline void check_memory(std::string_view who, const layer_info& layer, const cu
   cuda::device_buffer<float> e(n);
   if (n != 0) BELLOWS_CUDA_CHECK(cudaMemsetAsync(e.data(), 0, n * sizeof(float), exec.stream()));
   return e;
+}
+
+/// The device form of error_memory::rescale: a `scaled` memory multiplied by lr_old / lr_new
+/// (the quotient in float, each element rounded as cpu::scale rounds it), enqueued; any other
+/// memory left as it is. Raises bellows::error, naming `who`, for a rate that is not > 0.
+inline void rescale_memory(std::string_view who, cuda::executor& exec, cuda::device_buffer<float>& memory,
+                           feedback kind, float lr_old, float lr_new) {
+  BELLOWS_EXPECTS(lr_old > 0 && lr_new > 0, who, ": learning rates must be > 0, got ", lr_old, " and ", lr_new);
+  if (kind == feedback::scaled && lr_old != lr_new) cuda::scale(exec, memory.span(), lr_old / lr_new);
 }
 
 /// Appends the step record of a state whose error memory is in device memory (empty without

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+// The device compressors' rescale(state, lr_old, lr_new), the device form of
+// error_memory::rescale: after a step with feedback::scaled, every rank's memory becomes the old
+// one times lr_old / lr_new, each element rounded as cpu::scale rounds it (the quotient in float,
+// then one float product); a residual memory, an unchanged rate, and a rate that is not > 0
+// (refused) leave it as it was.
+#include <bellows/collectives/nccl.cuh>
+#include <bellows/compressors/powersgd.cuh>
+#include <bellows/compressors/powersgd.hpp>
+#include <bellows/compressors/qsgd.cuh>
+#include <bellows/compressors/qsgd.hpp>
+#include <bellows/compressors/randk.cuh>
+#include <bellows/compressors/randk.hpp>
+#include <bellows/compressors/signsgd.cuh>
+#include <bellows/compressors/signsgd.hpp>
+#include <bellows/compressors/topk.cuh>
+#include <bellows/compressors/topk.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "../support/random.hpp"
+#include "compressor_ranks.cuh"
+#include "device_test.cuh"
+#include "nccl_ranks.cuh"
+
+namespace {
+
+/// One step of C<cuda::executor>(params) on every rank, then rescale(lr_old, lr_new): the memory
+/// is the old one times lr_old / lr_new when `scaled`, else unchanged; a rate of 0 raises.
+template <template <class> class C, class Params>
+void check_rescale(Params params, bellows::feedback kind) {
+  params.feedback = kind;
+  const bellows::layer_info layer{0, "fc", bellows::shape{24, 40}};
+  const float lr_old = 0.1f, lr_new = 0.03f;
+  bellows::test::check_every_rank([&](std::size_t rank, bellows::collectives::nccl& coll) {
+    bellows::cuda::executor exec(coll.stream());
+    C<bellows::cuda::executor> c(params, exec);
+    auto st = c.make_state(layer);
+    bellows::test::device_array<float> g(bellows::testing::normal_floats(layer.size(), rank + 11));
+    bool ok = c.reduce(st, g.span(), coll).status == bellows::step_status::ok;
+    const std::vector<float> before = bellows::test::memory_of(st.memory);
+    ok &= !before.empty();
+    std::vector<float> want = before;
+    if (kind == bellows::feedback::scaled)
+      for (float& e : want) e *= lr_old / lr_new;
+    c.rescale(st, lr_old, lr_new);
+    ok &= bellows::test::same_bytes(bellows::test::memory_of(st.memory), want);
+    c.rescale(st, lr_new, lr_new);  // no change of rate
+    ok &= bellows::test::same_bytes(bellows::test::memory_of(st.memory), want);
+    ok &= bellows::test::raises<bellows::error>([&] { c.rescale(st, 0.0f, lr_new); }, "must be > 0");
+    return ok && bellows::test::same_bytes(bellows::test::memory_of(st.memory), want);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("cuda rescale: a scaled memory times lr_old / lr_new, as the CPU's; a residual one untouched") {
+  if (!bellows::test::have_device()) return;
+  for (const auto kind : {bellows::feedback::scaled, bellows::feedback::residual}) {
+    CAPTURE(bellows::to_string(kind));
+    check_rescale<bellows::topk>(bellows::topk_params{.ratio = 0.1}, kind);
+    check_rescale<bellows::randk>(bellows::randk_params{.ratio = 0.1}, kind);
+    check_rescale<bellows::qsgd>(bellows::qsgd_params{.bits = 4, .bucket = 64}, kind);
+    check_rescale<bellows::signsgd>(bellows::signsgd_params{}, kind);
+    check_rescale<bellows::powersgd>(bellows::powersgd_params{.rank = 2}, kind);
+  }
+}
