@@ -272,6 +272,7 @@ TEST_CASE("cuda randk payloads: encode, validate and decode_add equal the CPU's,
   if (!bellows::test::have_device()) return;
   for (const std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{1000}, std::size_t{4099}}) {
     check_inputs<bellows::randk>(bellows::randk_params{.ratio = 0.05}, n);
+    check_inputs<bellows::randk>(bellows::randk_params{.ratio = 0.05, .mode = bellows::randk_mode::per_rank}, n);
     check_inputs<bellows::randk>(
         bellows::randk_params{.ratio = 0.2, .unbiased = true, .feedback = bellows::feedback::none, .seed = 11}, n);
   }

@@ -55,6 +55,13 @@ TEST_CASE("cuda randk: every rank's average, memory and step equal the CPU's, bi
       {1000, {.ratio = 0.9, .feedback = feedback::none}, false},                         // most: the complement
       {5000, {.k = 37, .unbiased = true, .feedback = feedback::none, .seed = 5}, true},  // n / k scaling
       {4099, {.ratio = 0.25, .feedback = feedback::scaled, .seed = 8}, false},
+      // per-rank mode: each rank's own draw, averaged by allgather
+      {1, {.ratio = 1.0, .mode = bellows::randk_mode::per_rank}, true},
+      {1000, {.ratio = 0.01, .mode = bellows::randk_mode::per_rank, .seed = 11}, true},
+      {1000, {.ratio = 0.9, .mode = bellows::randk_mode::per_rank, .feedback = feedback::none}, false},
+      {5000,
+       {.k = 37, .mode = bellows::randk_mode::per_rank, .unbiased = true, .feedback = feedback::none, .seed = 5},
+       true},
   };
   const std::size_t w = ranks();
   for (const config& c : configs) {
@@ -72,10 +79,22 @@ TEST_CASE("cuda randk: every rank's average, memory and step equal the CPU's, bi
   }
 }
 
-TEST_CASE("cuda randk: per-rank mode, wrong states, streams and sizes are refused before anything runs") {
+TEST_CASE("cuda randk: per-rank payloads corrupted in transit raise the CPU validation's wire_error") {
   if (!bellows::test::have_device()) return;
-  CHECK_THROWS_WITH_AS(bellows::randk<bellows::cuda::executor>({.mode = bellows::randk_mode::per_rank}),
-                       doctest::Contains("shared mode only"), bellows::error);
+  const config c{1000, {.ratio = 0.01, .mode = bellows::randk_mode::per_rank, .seed = 4}, false};
+  const auto input = [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); };
+  const std::size_t at = bellows::wire::header_bytes;  // the 10 indices, then the 10 values
+  for (const bellows::test::corruption& bad : std::vector<bellows::test::corruption>{
+           {at + 4 * 9, 1000, 4, "indices must ascend"},   // the last index is n
+           {at + 40, 0x7FC00000u, 4, "non-finite value"},  // value 0 is NaN
+       }) {
+    CAPTURE(bad.says);
+    bellows::test::check_malformed<bellows::randk>(c.params, layer_of(c), input, bad);
+  }
+}
+
+TEST_CASE("cuda randk: wrong states, streams and sizes are refused before anything runs") {
+  if (!bellows::test::have_device()) return;
   CHECK_THROWS_WITH_AS(
       (void)bellows::randk<bellows::cuda::executor>({.unbiased = true}).make_state({0, "fc", bellows::shape{10}}),
       doctest::Contains("unbiased scaling needs feedback none"), bellows::error);

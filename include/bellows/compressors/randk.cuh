@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Rand-k on the device: randk<cuda::executor>, the compressor of compressors/randk.hpp in shared
-// mode with its state in device memory, exchanged by one allreduce of a DeviceCollective
-// (collectives::nccl). Every rank's result, error memory and step counter are those of
+// Rand-k on the device: randk<cuda::executor>, the compressor of compressors/randk.hpp with its
+// state in device memory, exchanged through a DeviceCollective (collectives::nccl). Every rank's result, error memory and step counter are those of
 // randk<cpu::executor> for the same inputs, bit for bit: the same draw (cuda/sample.cuh gives
 // the CPU's indices), the same gathered values, and the same quotient for the average.
 //
@@ -10,11 +9,12 @@
 //   pass -> append the non-finite flag -> allreduce of the k + 1 floats -> the flag copied back:
 //   the one wait of the step -> when every rank was finite: the average scattered into g (zero
 //   elsewhere) and the staged memory made current; enqueued and not waited for.
-// Per-rank mode (indices per rank, averaged by allgather) is not on the device yet: the
-// constructor refuses it.
+// Per-rank mode: each rank draws its own indices (the Philox stream keyed by its rank) into its
+// payload slot, and the step averages by allgather as top-k's does
+// (detail::device_sparse_codec::average_by_allgather): the CPU's payload bytes and sums.
 //
 // PayloadCodec on device memory, for a trainer that carries the payloads itself: encode (below)
-// draws the step's shared indices and gathers its input as it is into the caller's device
+// draws the step's indices (shared, or the given rank's) and gathers its input as it is into the caller's device
 // storage, the CPU's bytes; validate, decode_add and max_payload_bytes are
 // detail::device_sparse_codec's, each the CPU's member.
 #pragma once
@@ -57,6 +57,7 @@ public:
     cuda::device_buffer<std::uint32_t> index;
     cuda::device_buffer<float> values;  ///< the k kept values, then the non-finite flag
     float flag = 0.0f;                  ///< the flag's sum over ranks, read back
+    cuda::payload_slots slots;          ///< per-rank mode: every rank's payload, and the verdicts
 
     /// The elements kept per step.
     [[nodiscard]] std::size_t k() const noexcept { return plan.k; }
@@ -65,12 +66,11 @@ public:
   static constexpr wire::codec codec = randk_method::codec;
   static constexpr const char* name = "randk";
 
-  explicit randk(randk_params params = {}, cuda::executor& exec = cuda::executor::shared()) : base(params, exec) {
-    BELLOWS_EXPECTS(params.mode == randk_mode::shared, "randk<cuda::executor>: mode ", to_string(params.mode),
-                    " is not on the device (shared mode only)");
-  }
+  explicit randk(randk_params params = {}, cuda::executor& exec = cuda::executor::shared()) : base(params, exec) {}
 
-  [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allreduce; }
+  [[nodiscard]] bellows::aggregation aggregation() const noexcept {
+    return params_.mode == randk_mode::shared ? bellows::aggregation::allreduce : bellows::aggregation::allgather;
+  }
 
   /// Validates the parameters for the layer (raising bellows::error that names both) and sizes
   /// the state; reserves the executor's workspace for the draw and for the validation of one
@@ -91,12 +91,22 @@ public:
     check(st, inout.size(), coll.stream());
     follow(st);
     const std::size_t k = st.plan.k;
+    if (params_.mode == randk_mode::per_rank) {
+      const reduce_result r =
+          average_by_allgather(st.slots, st, inout, coll, k, [&](sparse_arrays<std::uint32_t> mine) {
+            cuda::sample_workspace ws(st.plan, exec_->workspace());
+            draw_and_gather(st, ws, inout, st.memory.span(), st.staged.span(), mine, coll.rank());
+            return static_cast<const unsigned*>(ws.non_finite);
+          });
+      if (r.status == step_status::ok) commit(st);
+      return r;
+    }
     const cudaStream_t stream = exec_->stream();
     const std::span<float> values(st.values.data(), k);
 
     cuda::sample_workspace ws(st.plan, exec_->workspace());
     draw_and_gather(st, ws, inout, st.memory.span(), st.staged.span(),
-                    sparse_arrays<std::uint32_t>{st.index.span(), values});
+                    sparse_arrays<std::uint32_t>{st.index.span(), values}, coll.rank());
     flag_to_float(*exec_, ws.non_finite, st.values.data() + k);
     coll.allreduce_sum(st.values.span());
     BELLOWS_CUDA_CHECK(cudaMemcpyAsync(&st.flag, st.values.data() + k, sizeof(float), cudaMemcpyDeviceToHost, stream));
@@ -113,19 +123,18 @@ public:
     return r;
   }
 
-  /// PayloadCodec encode on device memory: the payload of the step's shared draw (keyed by
-  /// state.step; `rank` does not change it in shared mode) of `in` as it is (no error memory;
+  /// PayloadCodec encode on device memory: the payload of the step's draw (keyed by state.step,
+  /// and in per-rank mode by `rank`) of `in` as it is (no error memory;
   /// the step counter is not advanced), written into `out` (max_payload_bytes from a multiple
   /// of 8), the CPU's bytes. Waits for the executor's stream once: the payload of non-finite
   /// input is its header alone (flagged), so its length is known only then. Raises
   /// bellows::error when `in` or `out` does not fit.
   [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in, std::span<std::byte> out,
                                             std::size_t rank = 0) const {
-    (void)rank;
     const std::size_t k = st.plan.k;
     check_encode(st, in.size(), out, k);
     cuda::sample_workspace ws(st.plan, exec_->workspace());
-    draw_and_gather(st, ws, in, {}, {}, detail::sparse_entries_at(out.data(), k));
+    draw_and_gather(st, ws, in, {}, {}, detail::sparse_entries_at(out.data(), k), rank);
     return finish_encode(st, out, k, ws.non_finite);
   }
 
@@ -143,13 +152,14 @@ private:
     st.values = cuda::device_buffer<float>(k + 1);
   }
 
-  /// The step's shared draw into `ws`, then the kept entries of v = g (+ e) into `out`, scaled
+  /// The step's draw (shared, or `rank`'s in per-rank mode) into `ws`, then the kept entries of v = g (+ e) into `out`, scaled
   /// when unbiased, with the next memory into `staged` when `e` is not empty; *ws.non_finite set
   /// for NaN or Inf in v.
   void draw_and_gather(const state& st, cuda::sample_workspace& ws, std::span<const float> g, std::span<const float> e,
-                       std::span<float> staged, sparse_arrays<std::uint32_t> out) const {
-    draw_sample(*exec_, st.plan,
-                {params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id, philox::stream::shared}, ws);
+                       std::span<float> staged, sparse_arrays<std::uint32_t> out, std::size_t rank) const {
+    const std::uint32_t key =
+        params_.mode == randk_mode::shared ? philox::stream::shared : static_cast<std::uint32_t>(rank);
+    draw_sample(*exec_, st.plan, {params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id, key}, ws);
     const float scale = params_.unbiased
                             ? static_cast<float>(static_cast<double>(st.layer.size()) / static_cast<double>(st.plan.k))
                             : 1.0f;

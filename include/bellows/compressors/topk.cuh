@@ -139,38 +139,11 @@ private:
 
   template <class Coll>
   reduce_result sparse_step(state& st, std::span<float> inout, Coll& coll) {
-    const std::size_t n = st.layer.size(), k = st.plan.k, ranks = coll.size(), rank = coll.rank();
-    const std::size_t bytes = detail::sparse_payload_bytes(n, k);
-    const cudaStream_t stream = exec_->stream();
-    cuda::payload_slots& slots = st.slots;
-    slots.prepare(ranks, bytes, stream);
-    const wire::header h = sparse_header(n, k);
-
-    std::byte* mine = slots.of(rank);
-    cuda::select_workspace ws(st.plan, exec_->workspace());
-    select_top(*exec_, st.plan, inout, st.memory.span(), st.staged.span(), ws, detail::sparse_entries_at(mine, k));
-    cuda::detail::launch(&cuda::detail::finish_sparse_payload_kernel, 1u, 1u, stream, mine, h, ws.non_finite);
-    coll.allgather_slots(std::span<const std::byte>(mine, bytes), slots.all(), slots.slot());
-    const unsigned blocks = std::min(cuda::blocks_for(ranks * (k + 1), 256), 4096u);
-    cuda::detail::launch(&cuda::detail::check_sparse_payloads_kernel, blocks, 256u, stream, slots.all().data(),
-                         slots.slot(), ranks, h, slots.verdicts());
-    slots.read_verdicts(*exec_);
-
-    if ((slots.worst() & cuda::payload_malformed) != 0)
-      slots.report_malformed(*exec_, name, st.layer, [&](std::span<const std::byte> payload) {
-        (void)detail::read_sparse(payload, topk_method::codec, st.layer, k, k);
-      });
-    const bool mine_finite = (slots.verdict(rank) & cuda::payload_non_finite) == 0;
-    const reduce_result r{slots.worst() != 0 ? step_status::non_finite : step_status::ok,
-                          mine_finite ? traffic{bytes, k, k} : traffic{wire::header_bytes, 0, 0}};
-    if (r.status != step_status::ok) return r;
-    fill(*exec_, inout, 0.0f);
-    for (std::size_t q = 0; q < ranks; ++q) {
-      const sparse_arrays<std::uint32_t> e = detail::sparse_entries_at(slots.of(q), k);
-      scatter_add(*exec_, inout, std::span<const std::uint32_t>(e.index), std::span<const float>(e.value));
-    }
-    if (ranks != 1) divide(*exec_, inout, static_cast<float>(ranks));
-    return r;
+    return average_by_allgather(st.slots, st, inout, coll, st.plan.k, [&](sparse_arrays<std::uint32_t> mine) {
+      cuda::select_workspace ws(st.plan, exec_->workspace());
+      select_top(*exec_, st.plan, inout, st.memory.span(), st.staged.span(), ws, mine);
+      return static_cast<const unsigned*>(ws.non_finite);
+    });
   }
 
   template <class Coll>

@@ -24,8 +24,10 @@
 #include "bellows/core/wire.hpp"
 #include "bellows/cuda/buffer.cuh"
 #include "bellows/cuda/check.cuh"
+#include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/launch.cuh"
+#include "bellows/cuda/payload_slots.cuh"
 #include "bellows/cuda/sparse.cuh"
 #include "bellows/plan/sparse.hpp"
 
@@ -175,6 +177,47 @@ protected:
     BELLOWS_CUDA_CHECK(cudaMemcpyAsync(&flagged, non_finite, sizeof flagged, cudaMemcpyDeviceToHost, stream));
     exec_->synchronize();
     return out.first(flagged != 0 ? wire::header_bytes : sparse_payload_bytes(st.layer.size(), k));
+  }
+
+  /// A step averaged by allgather, as the CPU's sparse codecs average one: `write(entries)`
+  /// enqueues what puts this rank's k entries into its slot (and the next memory aside) and
+  /// returns the device flag it sets for non-finite input; then the header (flagged and empty for
+  /// non-finite input), one allgather_slots, the validation of every rank's payload on the device,
+  /// the verdicts copied back (the one wait; a malformed payload raises the CPU validation's
+  /// wire_error naming the rank), and when all are good and finite: `inout` zeroed, every rank's
+  /// entries added in rank order, the sums divided by W. The caller commits an ok step.
+  template <class Coll, class Write>
+  reduce_result average_by_allgather(cuda::payload_slots& slots, const device_sparse_state& st, std::span<float> inout,
+                                     Coll& coll, std::size_t k, Write&& write) const {
+    const std::size_t n = st.layer.size(), ranks = coll.size(), rank = coll.rank();
+    const std::size_t bytes = sparse_payload_bytes(n, k);
+    const cudaStream_t stream = exec_->stream();
+    slots.prepare(ranks, bytes, stream);
+    const wire::header h = sparse_header(n, k);
+    std::byte* mine = slots.of(rank);
+    const unsigned* non_finite = write(sparse_entries_at(mine, k));
+    cuda::detail::launch(&cuda::detail::finish_sparse_payload_kernel, 1u, 1u, stream, mine, h, non_finite);
+    coll.allgather_slots(std::span<const std::byte>(mine, bytes), slots.all(), slots.slot());
+    const unsigned blocks = std::min(cuda::blocks_for(ranks * (k + 1), 256), 4096u);
+    cuda::detail::launch(&cuda::detail::check_sparse_payloads_kernel, blocks, 256u, stream, slots.all().data(),
+                         slots.slot(), ranks, h, slots.verdicts());
+    slots.read_verdicts(*exec_);
+
+    if ((slots.worst() & cuda::payload_malformed) != 0)
+      slots.report_malformed(*exec_, Derived::name, st.layer, [&](std::span<const std::byte> payload) {
+        (void)read_sparse(payload, Derived::codec, st.layer, k, k);
+      });
+    const bool mine_finite = (slots.verdict(rank) & cuda::payload_non_finite) == 0;
+    const reduce_result r{slots.worst() != 0 ? step_status::non_finite : step_status::ok,
+                          mine_finite ? traffic{bytes, k, k} : traffic{wire::header_bytes, 0, 0}};
+    if (r.status != step_status::ok) return r;
+    fill(*exec_, inout, 0.0f);
+    for (std::size_t q = 0; q < ranks; ++q) {
+      const sparse_arrays<std::uint32_t> e = sparse_entries_at(slots.of(q), k);
+      scatter_add(*exec_, inout, std::span<const std::uint32_t>(e.index), std::span<const float>(e.value));
+    }
+    if (ranks != 1) divide(*exec_, inout, static_cast<float>(ranks));
+    return r;
   }
 
   /// After a step every rank found finite: the staged memory becomes current.
