@@ -15,7 +15,7 @@
 #include "bellows/cuda/buffer.cuh"
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/executor.cuh"
-#include "bench/cuda/device_floor.cuh"
+#include "bench/cuda/device_read.cuh"
 #include "bench/cuda/one_rank.cuh"
 
 namespace bellows::tool {

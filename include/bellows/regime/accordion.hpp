@@ -25,8 +25,9 @@
 //
 // Decision. At the end of a check epoch each rank takes the L2 norm of its own mean gradient per
 // layer (sum / steps observed, in double, rounded to float: cpu::mean_norm), one allreduce_sum
-// of those L floats (in the backend's memory) divided by W gives every rank the same per-layer norm, and the rule of docs/spec.md#the-rule decides from it
-// alone, so every rank reaches the same decisions without a broadcast.
+// of those L floats (in the backend's memory) divided by W gives every rank the same per-layer
+// norm, and the rule of docs/spec.md#the-rule decides from it alone, so every rank reaches the
+// same decisions without a broadcast.
 #pragma once
 
 #include <algorithm>
