@@ -163,6 +163,24 @@ std::vector<trace> on_cpu(const scenario& sc, const Params& low, const Params& h
   return traces;
 }
 
+/// One rank of the scenario on the device: the Synchronizer of C's levels and the device
+/// Accordion on `exec`, over the DeviceCollective `coll` (on the executor's stream).
+template <template <class> class C, class Params, class Coll>
+void run_on_device(const scenario& sc, const Params& low, const Params& high,
+                   const std::vector<std::vector<std::byte>>& resume, std::size_t rank, bellows::cuda::executor& exec,
+                   Coll& coll, trace& t) {
+  using detector = bellows::basic_accordion<bellows::cuda::executor>;
+  bellows::synchronizer<C<bellows::cuda::executor>, detector, bellows::cuda::executor> sync(
+      C<bellows::cuda::executor>(low, exec), C<bellows::cuda::executor>(high, exec), detector(sc.accordion, exec),
+      exec);
+  register_layers(sync, sc);
+  sync.set_level_change(sc.change);
+  sync.measure_gradient_norms(sc.measure_norms);
+  if (!resume.empty()) sync.restore(resume[rank]);
+  device_grads grads(sc);
+  drive(sync, coll, rank, sc, grads, t);
+}
+
 /// The same on the device, over NCCL.
 template <template <class> class C, class Params>
 std::vector<trace> on_device(const scenario& sc, const Params& low, const Params& high,
@@ -170,16 +188,7 @@ std::vector<trace> on_device(const scenario& sc, const Params& low, const Params
   std::vector<trace> traces(ranks());
   bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
     bellows::cuda::executor exec(coll.stream());
-    using detector = bellows::basic_accordion<bellows::cuda::executor>;
-    bellows::synchronizer<C<bellows::cuda::executor>, detector, bellows::cuda::executor> sync(
-        C<bellows::cuda::executor>(low, exec), C<bellows::cuda::executor>(high, exec), detector(sc.accordion, exec),
-        exec);
-    register_layers(sync, sc);
-    sync.set_level_change(sc.change);
-    sync.measure_gradient_norms(sc.measure_norms);
-    if (!resume.empty()) sync.restore(resume[rank]);
-    device_grads grads(sc);
-    drive(sync, coll, rank, sc, grads, traces[rank]);
+    run_on_device<C>(sc, low, high, resume, rank, exec, coll, traces[rank]);
   });
   return traces;
 }
@@ -198,15 +207,7 @@ std::vector<trace> on_staged(const scenario& sc, const Params& low, const Params
     {
       bellows::cuda::executor exec(stream);
       bellows::collectives::staged<bellows::collectives::local> coll(comm, stream);
-      using detector = bellows::basic_accordion<bellows::cuda::executor>;
-      bellows::synchronizer<C<bellows::cuda::executor>, detector, bellows::cuda::executor> sync(
-          C<bellows::cuda::executor>(low, exec), C<bellows::cuda::executor>(high, exec), detector(sc.accordion, exec),
-          exec);
-      register_layers(sync, sc);
-      sync.set_level_change(sc.change);
-      sync.measure_gradient_norms(sc.measure_norms);
-      device_grads grads(sc);
-      drive(sync, coll, comm.rank(), sc, grads, traces[comm.rank()]);
+      run_on_device<C>(sc, low, high, {}, comm.rank(), exec, coll, traces[comm.rank()]);
     }
     BELLOWS_CUDA_CHECK(cudaStreamDestroy(stream));
   });
