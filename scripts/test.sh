@@ -26,8 +26,11 @@ cuda_args=()
 nvcc=$(command -v nvcc || true)
 [ -n "$nvcc" ] || { [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc; } || true
 if [ -n "$nvcc" ]; then
-  echo "== CUDA: $nvcc (architectures 80;90)"
-  cuda_args=(-DBELLOWS_ENABLE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" "-DCMAKE_CUDA_ARCHITECTURES=80;90")
+  # One architecture keeps the build short: sm_80, whose limits (shared memory, registers) are the
+  # tighter, so what compiles here compiles for sm_90 too; bench/device_check.sh builds sm_90 on
+  # the GPU machine, and users get CMake's default of 80;90.
+  echo "== CUDA: $nvcc (architecture 80)"
+  cuda_args=(-DBELLOWS_ENABLE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" "-DCMAKE_CUDA_ARCHITECTURES=80")
 else
   echo "== CUDA: no nvcc, CUDA code not built"
 fi
@@ -54,26 +57,28 @@ if [ -n "${BELLOWS_QUICK:-}" ]; then
   exit 0
 fi
 
-sanitize() {  # name, flags, ctest regex
+sanitize() {  # name, flags, ctest regex, ctest exclusion regex
   local dir="$root/build/$1"
   stage "$1: configure and build"
   cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBELLOWS_BUILD_BENCHMARKS=OFF \
     -DBELLOWS_BUILD_EXAMPLES=OFF "-DCMAKE_CXX_FLAGS=$2 -fno-omit-frame-pointer" \
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" >/dev/null
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >/dev/null
   local targets
   # MPI tests stay out: Open MPI's own allocations would read as leaks. The emulated CUDA tests
   # run under ASan (their fibers tell it when they switch stacks), so a kernel's read or write
   # past a device buffer is caught here.
-  targets=$(ctest --test-dir "$dir" -N -LE "packaging|mpi" -R "$3" | sed -n 's/^ *Test *#[0-9]*: //p')
+  targets=$(ctest --test-dir "$dir" -N -LE "packaging|mpi" -R "$3" -E "$4" | sed -n 's/^ *Test *#[0-9]*: //p')
   # shellcheck disable=SC2086
   cmake --build "$dir" -j "$jobs" --target $targets
   stage "$1: test"
-  ctest --test-dir "$dir" -j "$jobs" --output-on-failure -LE "packaging|mpi" -R "$3"
+  ctest --test-dir "$dir" -j "$jobs" --output-on-failure -LE "packaging|mpi" -R "$3" -E "$4"
 }
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-sanitize asan "-fsanitize=address,undefined -fno-sanitize-recover=all" "^test_"
-sanitize tsan "-fsanitize=thread" "^test_(collectives|cpu_executor|sync|regime)"
+# The demo's device averaging (test_emulated_cuda_fmnist_device) runs the kernels that
+# test_emulated_cuda_synchronizer already runs under ASan; it stays out to keep the stage short.
+sanitize asan "-fsanitize=address,undefined -fno-sanitize-recover=all" "^test_" "^test_emulated_cuda_fmnist_device$"
+sanitize tsan "-fsanitize=thread" "^test_(collectives|cpu_executor|sync|regime)" "^$"
 
 stage "fuzz (${FUZZ_SECONDS:-20}s per target)"
 "$root/scripts/fuzz.sh" "${FUZZ_SECONDS:-20}"

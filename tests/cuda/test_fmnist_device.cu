@@ -4,7 +4,8 @@
 // CPU, on a sliver of the real data. Top-k runs (Accordion and static) give the CPU's epochs bit
 // for bit: losses, accuracies, traffic and levels. PowerSGD's products sum in another order on
 // the device, so its Accordion run keeps the CPU's traffic and is within a point of its accuracy.
-// Skips without the dataset-fashion-mnist package, as the other demo tests do.
+// Skips without the dataset-fashion-mnist package, as the other demo tests do. Built against the
+// CUDA emulation only (tests/CMakeLists.txt): nvcc compiles the same device.cu into fmnist_demo.
 #include <doctest/doctest.h>
 
 #include <cmath>
