@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # cmake -DCOMPILER=... -DKIND=hpp|cuh -DINCLUDE_DIR=... -DWORK_DIR=... [-DEXTRA_INCLUDES=a;b]
-#       [-DSKIP=bellows/x.hpp;...] -P headers_self_contained.cmake
+#       [-DSKIP=bellows/x.hpp;...] [-DTOGETHER=ON] -P headers_self_contained.cmake
 # Compiles a translation unit that includes one public header alone (twice, to catch a missing
 # include guard), for every header of the kind, and fails listing those that do not compile.
+# With TOGETHER, one translation unit includes them all: the compiler's warnings on every header
+# for a second compiler over the same standard library, whose self-containment the first proved.
 file(GLOB_RECURSE headers RELATIVE ${INCLUDE_DIR} ${INCLUDE_DIR}/bellows/*.${KIND})
 if(SKIP)
   list(REMOVE_ITEM headers ${SKIP})
@@ -21,6 +23,21 @@ else()
 endif()
 set(failed "")
 list(LENGTH headers count)
+if(TOGETHER)
+  set(tu ${WORK_DIR}/all.${ext})
+  set(content "")
+  foreach(h IN LISTS headers)
+    string(APPEND content "#include \"${h}\"\n")
+  endforeach()
+  file(WRITE ${tu} "${content}int main() { return 0; }\n")
+  execute_process(COMMAND ${COMPILER} ${flags} -I${INCLUDE_DIR} ${extra} ${tu} -o ${WORK_DIR}/all.o
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "the .${KIND} headers together do not compile with ${COMPILER}:\n${out}")
+  endif()
+  message(STATUS "${count} .${KIND} headers compile together with ${COMPILER}")
+  return()
+endif()
 foreach(h IN LISTS headers)
   string(MAKE_C_IDENTIFIER "${h}" id)
   set(tu ${WORK_DIR}/${id}.${ext})
