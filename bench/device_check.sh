@@ -98,9 +98,11 @@ def fig(name):
         return None
     return b["real_time"], b["x_floor"]
 targets = {
-    "cuda_topk/n:67108864/k:671088/feedback:0/manual_time": "<= 2.5 x_floor",
-    "cuda_topk/n:67108864/k:671088/feedback:1/manual_time": "",
-    "cuda_topk/n:67108864/k:67108/feedback:0/manual_time": "",
+    "cuda_topk/n:67108864/k:671088/feedback:0/approximate:0/manual_time": "<= 2.5 x_floor",
+    "cuda_topk/n:67108864/k:671088/feedback:1/approximate:0/manual_time": "",
+    "cuda_topk/n:67108864/k:67108/feedback:0/approximate:0/manual_time": "",
+    "cuda_topk/n:67108864/k:671088/feedback:0/approximate:1/manual_time": "",
+    "cuda_topk/n:67108864/k:671088/feedback:1/approximate:1/manual_time": "",
     "cuda_qsgd_encode/n:67108864/bits:4/manual_time": "<= 1.5 x_floor",
     "cuda_qsgd_encode/n:67108864/bits:8/manual_time": "<= 1.5 x_floor",
     "cuda_qsgd_decode/n:67108864/bits:4/manual_time": "",
@@ -116,7 +118,7 @@ for name, target in targets.items():
     f = fig(name)
     rows.append((name.replace("/manual_time", ""), "missing" if f is None else f"{f[0]:.3f} ms, {f[1]:.2f} x_floor", target))
 torch = json.load(open(os.path.join(out, "torch_topk.json")))
-ours = fig("cuda_topk/n:67108864/k:671088/feedback:0/manual_time")
+ours = fig("cuda_topk/n:67108864/k:671088/feedback:0/approximate:0/manual_time")
 if "skipped" in torch or ours is None:
     rows.append(("torch.topk(x.abs(), 1%) / bellows", torch.get("skipped", "no bellows figure"), ">= 2x"))
 else:

@@ -23,6 +23,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -268,6 +269,23 @@ TEST_CASE("cuda topk payloads: encode, validate and decode_add equal the CPU's, 
   check_inputs<bellows::topk>(bellows::topk_params{.k = 37}, 1000, true);
 }
 
+TEST_CASE("cuda topk payloads in approximate mode: the CPU's sample, count and bytes") {
+  if (!bellows::test::have_device()) return;
+  constexpr auto approximate = bellows::topk_mode::approximate;
+  for (const std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{1000}, std::size_t{40'000}}) {
+    check_inputs<bellows::topk>(bellows::topk_params{.ratio = 0.05, .mode = approximate, .seed = 9}, n);
+    check_inputs<bellows::topk>(bellows::topk_params{.ratio = 0.2, .mode = approximate}, n, true);
+  }
+  // payloads of more than k entries, whose count the rank and the step change
+  codec_pair<bellows::topk, bellows::topk_params> p({.ratio = 0.2, .mode = approximate}, 1000, 0);
+  std::size_t longest = 0;
+  for (const std::size_t rank : {std::size_t{0}, std::size_t{1}, std::size_t{2}}) {
+    check_round_trip(p, input_of(1000, 5), rank, false);
+    longest = std::max(longest, p.cpu_payload(input_of(1000, 5), rank).size);
+  }
+  CHECK(longest > bellows::wire::header_bytes + 8 * 200);
+}
+
 TEST_CASE("cuda randk payloads: encode, validate and decode_add equal the CPU's, bit for bit") {
   if (!bellows::test::have_device()) return;
   for (const std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{1000}, std::size_t{4099}}) {
@@ -323,6 +341,18 @@ TEST_CASE("cuda sparse payloads: corrupted ones raise the CPU's wire_error, the 
     codec_pair<bellows::randk, bellows::randk_params> p({.ratio = 0.01}, n, 4);
     const std::vector<float> in = input_of(n, 4);
     for (const corruption& bad : sparse_corruptions(p.cpu.max_payload_bytes(p.cst))) check_corrupted(p, in, bad);
+  }
+  {  // approximate mode, k = 200 to 250 entries: the count is the header's
+    codec_pair<bellows::topk, bellows::topk_params> p({.ratio = 0.2, .mode = bellows::topk_mode::approximate}, n, 0);
+    const std::vector<float> in = input_of(n, 3);
+    const std::size_t size = p.cpu_payload(in, 0).size, count = (size - at) / 8;
+    REQUIRE(count > 200);
+    for (const corruption& bad : header_corruptions(size)) check_corrupted(p, in, bad);
+    check_corrupted(p, in, {{{16, 251, 8}}, 0, 0, "expects 200 to 250"});
+    check_corrupted(p, in, {{{16, 199, 8}}, 0, 0, "expects 200 to 250"});
+    check_corrupted(p, in, {{{16, count - 1, 8}}, 0, 0, "bytes follow the arrays"});  // within bounds, not the body
+    check_corrupted(p, in, {{{at + 4 * (count - 1), n, 4}}, 0, 0, "has index 1000"});
+    check_corrupted(p, in, {{{at + 4 * count, 0x7FC00000, 4}}, 0, 0, "non-finite value"});
   }
   {  // one element: a payload of one entry
     codec_pair<bellows::topk, bellows::topk_params> p({.ratio = 1.0}, 1, 0);

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// topk<cuda::executor> (exact mode) over the NCCL collective, one rank per device, against
+// topk<cuda::executor> over the NCCL collective, one rank per device, against
 // topk<cpu::executor> over the local collective with the same ranks and inputs: every status,
-// traffic figure, average, error memory and step counter bit for bit, by allgather and by the
-// dense allreduce, with ties and NaN steps; malformed payloads; what it refuses; checkpoints
-// that cross backends.
+// traffic figure, average, error memory and step counter bit for bit, in exact and approximate
+// mode, by allgather and by the dense allreduce, with ties and NaN steps; malformed payloads;
+// what it refuses; checkpoints that cross backends.
 #include <bellows/collectives/nccl.cuh>
 #include <bellows/compressors/topk.hpp>
 #include <bellows/compressors/topk.cuh>
@@ -53,6 +53,7 @@ std::size_t ranks() { return static_cast<std::size_t>(bellows::cuda::device_coun
 TEST_CASE("cuda topk: every rank's average, memory, traffic and step equal the CPU's, bit for bit") {
   if (!bellows::test::have_device()) return;
   using bellows::feedback;
+  constexpr auto approximate = bellows::topk_mode::approximate;
   const std::vector<config> configs = {
       {0, {.ratio = 0.5}, false, false},
       {1, {.ratio = 1.0}, true, false},
@@ -62,6 +63,14 @@ TEST_CASE("cuda topk: every rank's average, memory, traffic and step equal the C
       {1000, {.ratio = 0.4, .dense_switch = false}, false, false},  // many: sums of up to W values
       {4099, {.k = 37, .feedback = feedback::none}, true, false},   // no memory
       {5000, {.ratio = 0.05, .feedback = feedback::scaled}, false, true},
+      // approximate: each rank keeps k to 1.25 k from its own sample, so the payloads differ in length
+      {1000, {.ratio = 0.2, .mode = approximate, .dense_switch = false}, true, false},  // with t_hi
+      {40'000, {.ratio = 0.05, .mode = approximate, .seed = 3}, true, false},           // by allgather
+      {1000, {.ratio = 0.3, .mode = approximate}, true, false},                         // dense
+      {5000, {.ratio = 0.05, .mode = approximate, .feedback = feedback::scaled}, false, false},
+      // the exact fallback: ties push the count past 1.25 k; a sample too small to bound it
+      {5000, {.ratio = 0.05, .mode = approximate}, false, true},
+      {100, {.ratio = 0.05, .mode = approximate}, false, false},
   };
   const std::size_t w = ranks();
   for (const config& c : configs) {
@@ -72,6 +81,13 @@ TEST_CASE("cuda topk: every rank's average, memory, traffic and step equal the C
     const auto want = bellows::test::trace_on_cpu<bellows::topk>(c.params, layer_of(c), w, steps, input);
     const auto got = bellows::test::trace_on_device<bellows::topk>(c.params, layer_of(c), steps, input);
     bellows::test::check_same_traces(got, want);
+    if (c.params.mode == approximate && c.n > 100 && !c.ties) {  // a count above k went through
+      const std::size_t k = bellows::detail::kept_count("topk", layer_of(c), c.params.ratio, c.params.k);
+      bool above_k = false;
+      for (const auto& rank : want)
+        for (const bellows::traffic& t : rank.sent) above_k |= t.kept > k;
+      CHECK(above_k);
+    }
     if (c.nan_step && c.n != 0) {
       CHECK(want[0].status[1] == step_status::non_finite);
       CHECK(bellows::test::same_bytes(got[0].out[1], gradient(c, 1, 0, w)));
@@ -98,10 +114,8 @@ TEST_CASE("cuda topk: a malformed payload raises wire_error on every rank and ch
   }
 }
 
-TEST_CASE("cuda topk: approximate mode, wrong states, streams and sizes are refused before anything runs") {
+TEST_CASE("cuda topk: wrong states, streams and sizes are refused before anything runs") {
   if (!bellows::test::have_device()) return;
-  CHECK_THROWS_WITH_AS(bellows::topk<bellows::cuda::executor>({.mode = bellows::topk_mode::approximate}),
-                       doctest::Contains("exact mode only"), bellows::error);
   const config c{200, {.ratio = 0.1}, false, false};
   bellows::test::check_refusals<bellows::topk>(
       c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });

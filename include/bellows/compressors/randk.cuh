@@ -92,12 +92,11 @@ public:
     follow(st);
     const std::size_t k = st.plan.k;
     if (params_.mode == randk_mode::per_rank) {
-      const reduce_result r =
-          average_by_allgather(st.slots, st, inout, coll, k, [&](sparse_arrays<std::uint32_t> mine) {
-            cuda::sample_workspace ws(st.plan, exec_->workspace());
-            draw_and_gather(st, ws, inout, st.memory.span(), st.staged.span(), mine, coll.rank());
-            return static_cast<const unsigned*>(ws.non_finite);
-          });
+      const reduce_result r = average_by_allgather(st.slots, st, inout, coll, [&](sparse_arrays<std::uint32_t> mine) {
+        cuda::sample_workspace ws(st.plan, exec_->workspace());
+        draw_and_gather(st, ws, inout, st.memory.span(), st.staged.span(), mine, coll.rank());
+        return detail::device_selection{ws.non_finite};
+      });
       if (r.status == step_status::ok) commit(st);
       return r;
     }
@@ -135,10 +134,18 @@ public:
     check_encode(st, in.size(), out, k);
     cuda::sample_workspace ws(st.plan, exec_->workspace());
     draw_and_gather(st, ws, in, {}, {}, detail::sparse_entries_at(out.data(), k), rank);
-    return finish_encode(st, out, k, ws.non_finite);
+    return finish_encode(st, out, k, {ws.non_finite});
   }
 
 private:
+  friend base;
+
+  /// Every payload holds k entries.
+  [[nodiscard]] std::pair<std::size_t, std::size_t> counts(const layer_info& layer) const {
+    const std::size_t k = kept(layer);
+    return {k, k};
+  }
+
   /// Plans the draw of this compressor's k (validating the parameters for the layer) and sizes
   /// the buffers when the state was made for another k (by the other level's compressor, or
   /// fresh): allocates only then.

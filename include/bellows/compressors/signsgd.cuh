@@ -173,11 +173,11 @@ public:
     const std::size_t bytes = format_.payload_bytes(n);
     return detail::validate_device_payload(
         "signsgd", st.layer, *exec_, payload, bytes, bytes,
-        [&](unsigned* verdicts) {
+        [&](const cuda::payload_words& words) {
           const unsigned blocks = std::min(cuda::blocks_for(l.buckets() + 1, 256), 4096u);
           cuda::detail::launch(&cuda::detail::check_payloads_kernel, blocks, 256u, exec_->stream(), payload.data(),
                                bytes, std::size_t{1}, format_.header(n), format_.signs_offset(n), l.sign_bytes(),
-                               static_cast<unsigned>(n % 8), verdicts);
+                               static_cast<unsigned>(n % 8), words.verdicts);
         },
         [&](std::span<const std::byte> host) {
           const wire::reader r = format_.check(st.layer, host);

@@ -89,8 +89,7 @@ private:
   /// k, and the most approximate mode may keep: ceil(1.25 k), at most n.
   [[nodiscard]] std::pair<std::size_t, std::size_t> counts(const layer_info& layer) const {
     const std::size_t k = detail::kept_count(name, layer, params_.ratio, params_.k);
-    if (params_.mode == topk_mode::exact) return {k, k};
-    return {k, std::min(layer.size(), k + (k + 3) / 4)};
+    return {k, topk_most(params_.mode, layer.size(), k)};
   }
 
   [[nodiscard]] bool averages_densely(const layer_info& layer, std::size_t ranks) const {

@@ -2,6 +2,8 @@
 // Parameters of the top-k compressor (compressors/topk.hpp), and its method descriptor.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -19,6 +21,12 @@ enum class topk_mode : std::uint8_t {
 
 [[nodiscard]] constexpr std::string_view to_string(topk_mode m) noexcept {
   return m == topk_mode::exact ? "exact" : "approximate";
+}
+
+/// The most entries a payload holds when k of a layer's n elements are kept: k in exact mode,
+/// ceil(1.25 k) (at most n) in approximate mode. Every backend's payloads and plans use it.
+[[nodiscard]] constexpr std::size_t topk_most(topk_mode m, std::size_t n, std::size_t k) noexcept {
+  return m == topk_mode::exact ? k : std::min(n, k + (k + 3) / 4);
 }
 
 struct topk_params {

@@ -2,7 +2,8 @@
 // Where the device compressors that average by allgather (qsgd, topk) keep the payloads of a
 // step: one slot per rank, exchanged in place by a DeviceCollective's allgather_slots, and the
 // words their kernels report in: this rank's non-finite flag, then one verdict per rank on its
-// payload and the worst of them. The verdicts are the one thing a step copies back and waits for.
+// payload and the worst of them, then (for payloads of a variable count) each rank's count. The
+// verdicts and counts are the one thing a step copies back and waits for.
 // The same words for a call on one payload (a PayloadCodec's encode, validate or decode_add on
 // device memory) come from the executor's workspace (payload_words), and a payload the device
 // refuses is checked again on a host copy (with_host_copy), by the CPU's validation.
@@ -50,16 +51,18 @@ decltype(auto) with_host_copy(executor& exec, std::span<const std::byte> payload
 
 /// The device words of a call on one payload, carved from the executor's workspace: a
 /// non-finite flag for the encoding kernels, then the two verdict words (the payload's, the
-/// worst) of a validation kernel run over it as the one slot of one rank.
+/// worst) of a validation kernel run over it as the one slot of one rank, then its count.
 struct payload_words {
   unsigned* non_finite = nullptr;
   unsigned* verdicts = nullptr;
+  std::uint32_t* count = nullptr;
   std::size_t used = 0;
 
   payload_words() = default;
   explicit payload_words(arena a) {
-    non_finite = a.take<unsigned>(3);
+    non_finite = a.take<unsigned>(4);
     verdicts = non_finite != nullptr ? non_finite + 1 : nullptr;
+    count = non_finite != nullptr ? non_finite + 3 : nullptr;
     used = a.used();
   }
 
@@ -72,14 +75,14 @@ public:
   static constexpr std::size_t alignment = 256;
 
   /// Makes room for `ranks` payloads of at most `bytes` each (allocating only the first time, or
-  /// to grow) and zeroes the flag and the verdicts; enqueued on `stream`.
+  /// to grow) and zeroes the flag, the verdicts and the counts; enqueued on `stream`.
   void prepare(std::size_t ranks, std::size_t bytes, cudaStream_t stream) {
     ranks_ = ranks;
     slot_ = (bytes + alignment - 1) / alignment * alignment;
     slots_.fit(ranks * slot_, stream);
-    flags_.fit(ranks + 2, stream);
-    verdicts_.resize(ranks + 1);
-    BELLOWS_CUDA_CHECK(cudaMemsetAsync(flags_.data(), 0, (ranks + 2) * sizeof(unsigned), stream));
+    flags_.fit(2 * ranks + 2, stream);
+    verdicts_.resize(2 * ranks + 1);
+    BELLOWS_CUDA_CHECK(cudaMemsetAsync(flags_.data(), 0, (2 * ranks + 2) * sizeof(unsigned), stream));
   }
 
   [[nodiscard]] std::size_t slot() const noexcept { return slot_; }
@@ -92,8 +95,10 @@ public:
   [[nodiscard]] unsigned* non_finite() const noexcept { return flags_.data(); }
   /// ranks() + 1 words for the validation kernels: rank r's verdict, then the worst.
   [[nodiscard]] unsigned* verdicts() const noexcept { return flags_.data() + 1; }
+  /// ranks() words for the validation kernels of payloads of a variable count: rank r's count.
+  [[nodiscard]] std::uint32_t* counts() const noexcept { return flags_.data() + ranks_ + 2; }
 
-  /// Copies the verdicts back and waits for the executor's stream.
+  /// Copies the verdicts and the counts back and waits for the executor's stream.
   void read_verdicts(executor& exec) {
     BELLOWS_CUDA_CHECK(cudaMemcpyAsync(verdicts_.data(), verdicts(), verdicts_.size() * sizeof(unsigned),
                                        cudaMemcpyDeviceToHost, exec.stream()));
@@ -102,6 +107,8 @@ public:
   /// After read_verdicts: rank r's verdict, and the worst of all.
   [[nodiscard]] unsigned verdict(std::size_t r) const noexcept { return verdicts_[r]; }
   [[nodiscard]] unsigned worst() const noexcept { return verdicts_[ranks_]; }
+  /// After read_verdicts: rank r's count, where a validation kernel wrote it.
+  [[nodiscard]] std::size_t count(std::size_t r) const noexcept { return verdicts_[ranks_ + 1 + r]; }
 
   /// After read_verdicts found a malformed payload: copies the first one back and raises the
   /// wire_error that `check(bytes)` (the CPU's validation) raises for it, naming the layer and

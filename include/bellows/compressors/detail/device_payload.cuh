@@ -36,8 +36,8 @@ inline void check_payload_storage(std::string_view who, const layer_info& layer,
 
 /// The status of one payload in device memory, as the CPU's validation gives it.
 ///  - `full`: the bytes of a payload with entries; `flagged`: those of one flagged non-finite.
-///  - `launch(verdicts)` enqueues the codec's validation kernel over the payload as the one slot
-///    of one rank, OR-ing into verdicts[0] and verdicts[1] (zeroed here); it runs only when the
+///  - `launch(words)` enqueues the codec's validation kernel over the payload as the one slot
+///    of one rank, OR-ing into words.verdicts[0] and [1] (zeroed here); it runs only when the
 ///    payload has `full` bytes and starts at a multiple of 8, so its reads stay inside it.
 ///  - `host(bytes)` is the CPU's validation of host bytes: returns its status or raises
 ///    bellows::wire_error.
@@ -56,7 +56,7 @@ template <class Launch, class Host>
   if (fits) {
     const cuda::payload_words words(exec.workspace());
     BELLOWS_CUDA_CHECK(cudaMemsetAsync(words.verdicts, 0, 2 * sizeof(unsigned), exec.stream()));
-    launch(words.verdicts);
+    launch(words);
     BELLOWS_CUDA_CHECK(
         cudaMemcpyAsync(&verdict, words.verdicts, sizeof(unsigned), cudaMemcpyDeviceToHost, exec.stream()));
     exec.synchronize();

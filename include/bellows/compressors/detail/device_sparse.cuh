@@ -48,8 +48,15 @@ struct device_sparse_state {
           {reinterpret_cast<float*>(payload + wire::header_bytes + 4 * k), k}};
 }
 
-/// Derived (CRTP) provides `name` and `codec` (its wire::codec), and its Params provide ratio,
-/// k and feedback.
+/// What a selection into a payload reports in device memory: its non-finite flag, and its count
+/// when that varies (null: the least count, which is then the only one).
+struct device_selection {
+  const unsigned* non_finite = nullptr;
+  const std::uint32_t* count = nullptr;
+};
+
+/// Derived (CRTP) provides `name`, `codec` (its wire::codec) and counts(layer) -> {least, most}
+/// entries of its payloads, and its Params provide ratio, k and feedback.
 template <class Derived, class Params>
 class device_sparse_codec {
 public:
@@ -58,26 +65,30 @@ public:
   // PayloadCodec on device memory (Derived adds encode): the CPU compressor's members, with the
   // payload and the accumulator in device memory, enqueued on the executor's stream.
 
-  /// The bytes of a payload of k entries for the layer, as on the CPU.
+  /// The bytes of a payload of the most entries for the layer, as on the CPU.
   [[nodiscard]] std::size_t max_payload_bytes(const device_sparse_state& st) const {
-    return sparse_payload_bytes(st.layer.size(), kept(st.layer));
+    return sparse_payload_bytes(st.layer.size(), derived().counts(st.layer).second);
   }
 
   /// The CPU's validate of a payload in device memory: raises bellows::wire_error with the CPU's
   /// message for a malformed payload, returns non_finite for a flagged one. Waits for the
   /// executor's stream once, to return the status (twice on the way to a wire_error): see
-  /// detail::validate_device_payload.
+  /// detail::validate_device_payload. A payload's count is read from its size.
   [[nodiscard]] step_status validate(const device_sparse_state& st, std::span<const std::byte> payload) const {
-    const std::size_t n = st.layer.size(), k = kept(st.layer);
-    const wire::header want = sparse_header(n, k);
+    const auto [least, most] = derived().counts(st.layer);
+    const std::size_t n = st.layer.size(), count = count_of(payload.size(), least, most);
+    const wire::header want = sparse_header(n, count);
     return validate_device_payload(
-        Derived::name, st.layer, *exec_, payload, sparse_payload_bytes(n, k), wire::header_bytes,
-        [&](unsigned* verdicts) {
-          const unsigned blocks = std::min(cuda::blocks_for(k + 1, 256), 4096u);
+        Derived::name, st.layer, *exec_, payload, sparse_payload_bytes(n, count), wire::header_bytes,
+        [&](const cuda::payload_words& words) {
+          const unsigned blocks = std::min(cuda::blocks_for(count + 1, 256), 4096u);
           cuda::detail::launch(&cuda::detail::check_sparse_payloads_kernel, blocks, 256u, exec_->stream(),
-                               payload.data(), payload.size(), std::size_t{1}, want, verdicts);
+                               payload.data(), payload.size(), std::size_t{1}, want, count, count, words.verdicts,
+                               words.count);
         },
-        [&](std::span<const std::byte> bytes) { return read_sparse(bytes, Derived::codec, st.layer, k, k).status; });
+        [&](std::span<const std::byte> bytes) {
+          return read_sparse(bytes, Derived::codec, st.layer, least, most).status;
+        });
   }
 
   /// The CPU's decode_add on device memory: validates as validate does (waiting for the stream
@@ -89,7 +100,8 @@ public:
     check_buffer(st, acc.size());
     const step_status s = validate(st, payload);
     if (s != step_status::ok) return s;
-    const std::size_t k = kept(st.layer);
+    const auto [least, most] = derived().counts(st.layer);
+    const std::size_t k = count_of(payload.size(), least, most);  // validated: the payload has k entries
     const std::byte* entries = payload.data() + wire::header_bytes;
     cuda::scatter_add(*exec_, acc, {reinterpret_cast<const std::uint32_t*>(entries), k},
                       {reinterpret_cast<const float*>(entries + 4 * k), k});
@@ -164,56 +176,64 @@ protected:
     check_payload_storage(Derived::name, st.layer, out, max_payload_bytes(st));
   }
 
-  /// The end of an encode whose kernels wrote k entries after the header of `out` and set
-  /// *non_finite for non-finite input: writes the header (that of the empty payload flagged
-  /// non-finite, when it is set), copies the flag back and waits for the stream, and returns
-  /// the payload: its header alone when flagged, as on the CPU.
+  /// The end of an encode whose kernels wrote k entries (or *selected.count) after the header of
+  /// `out` and set *selected.non_finite for non-finite input: writes the header (that of the
+  /// empty payload flagged non-finite, when it is set), copies the flag and the count back and
+  /// waits for the stream, and returns the payload: its header alone when flagged, as on the CPU.
   std::span<std::byte> finish_encode(const device_sparse_state& st, std::span<std::byte> out, std::size_t k,
-                                     const unsigned* non_finite) const {
+                                     device_selection selected) const {
     const cudaStream_t stream = exec_->stream();
     cuda::detail::launch(&cuda::detail::finish_sparse_payload_kernel, 1u, 1u, stream, out.data(),
-                         sparse_header(st.layer.size(), k), non_finite);
+                         sparse_header(st.layer.size(), k), selected.non_finite, selected.count);
     unsigned flagged = 0;
-    BELLOWS_CUDA_CHECK(cudaMemcpyAsync(&flagged, non_finite, sizeof flagged, cudaMemcpyDeviceToHost, stream));
+    std::uint32_t count = static_cast<std::uint32_t>(k);
+    BELLOWS_CUDA_CHECK(cudaMemcpyAsync(&flagged, selected.non_finite, sizeof flagged, cudaMemcpyDeviceToHost, stream));
+    if (selected.count != nullptr)
+      BELLOWS_CUDA_CHECK(cudaMemcpyAsync(&count, selected.count, sizeof count, cudaMemcpyDeviceToHost, stream));
     exec_->synchronize();
-    return out.first(flagged != 0 ? wire::header_bytes : sparse_payload_bytes(st.layer.size(), k));
+    return out.first(flagged != 0 ? wire::header_bytes : sparse_payload_bytes(st.layer.size(), count));
   }
 
   /// A step averaged by allgather, as the CPU's sparse codecs average one: `write(entries)`
-  /// enqueues what puts this rank's k entries into its slot (and the next memory aside) and
-  /// returns the device flag it sets for non-finite input; then the header (flagged and empty for
-  /// non-finite input), one allgather_slots, the validation of every rank's payload on the device,
-  /// the verdicts copied back (the one wait; a malformed payload raises the CPU validation's
-  /// wire_error naming the rank), and when all are good and finite: `inout` zeroed, every rank's
-  /// entries added in rank order, the sums divided by W. The caller commits an ok step.
+  /// enqueues what puts this rank's entries (room for the most) into its slot (and the next
+  /// memory aside) and returns its device_selection; then the header (flagged and empty for
+  /// non-finite input), one allgather_slots of whole slots, the validation of every rank's
+  /// payload on the device, the verdicts and counts copied back (the one wait; a malformed
+  /// payload raises the CPU validation's wire_error naming the rank), and when all are good and
+  /// finite: `inout` zeroed, every rank's entries added in rank order, the sums divided by W. The
+  /// traffic is this rank's payload, as on the CPU. The caller commits an ok step.
   template <class Coll, class Write>
   reduce_result average_by_allgather(cuda::payload_slots& slots, const device_sparse_state& st, std::span<float> inout,
-                                     Coll& coll, std::size_t k, Write&& write) const {
+                                     Coll& coll, Write&& write) const {
     const std::size_t n = st.layer.size(), ranks = coll.size(), rank = coll.rank();
-    const std::size_t bytes = sparse_payload_bytes(n, k);
+    const auto [least, most] = derived().counts(st.layer);
+    const std::size_t bytes = sparse_payload_bytes(n, most);
     const cudaStream_t stream = exec_->stream();
     slots.prepare(ranks, bytes, stream);
-    const wire::header h = sparse_header(n, k);
+    const wire::header h = sparse_header(n, least);
     std::byte* mine = slots.of(rank);
-    const unsigned* non_finite = write(sparse_entries_at(mine, k));
-    cuda::detail::launch(&cuda::detail::finish_sparse_payload_kernel, 1u, 1u, stream, mine, h, non_finite);
+    const device_selection selected = write(sparse_entries_at(mine, most));
+    cuda::detail::launch(&cuda::detail::finish_sparse_payload_kernel, 1u, 1u, stream, mine, h, selected.non_finite,
+                         selected.count);
     coll.allgather_slots(std::span<const std::byte>(mine, bytes), slots.all(), slots.slot());
-    const unsigned blocks = std::min(cuda::blocks_for(ranks * (k + 1), 256), 4096u);
+    const unsigned blocks = std::min(cuda::blocks_for(ranks * (most + 1), 256), 4096u);
     cuda::detail::launch(&cuda::detail::check_sparse_payloads_kernel, blocks, 256u, stream, slots.all().data(),
-                         slots.slot(), ranks, h, slots.verdicts());
+                         slots.slot(), ranks, h, least, most, slots.verdicts(), slots.counts());
     slots.read_verdicts(*exec_);
 
     if ((slots.worst() & cuda::payload_malformed) != 0)
       slots.report_malformed(*exec_, Derived::name, st.layer, [&](std::span<const std::byte> payload) {
-        (void)read_sparse(payload, Derived::codec, st.layer, k, k);
+        (void)read_sparse(payload, Derived::codec, st.layer, least, most);
       });
     const bool mine_finite = (slots.verdict(rank) & cuda::payload_non_finite) == 0;
+    const std::size_t kept = slots.count(rank);
     const reduce_result r{slots.worst() != 0 ? step_status::non_finite : step_status::ok,
-                          mine_finite ? traffic{bytes, k, k} : traffic{wire::header_bytes, 0, 0}};
+                          mine_finite ? traffic{sparse_payload_bytes(n, kept), kept, kept}
+                                      : traffic{wire::header_bytes, 0, 0}};
     if (r.status != step_status::ok) return r;
     fill(*exec_, inout, 0.0f);
     for (std::size_t q = 0; q < ranks; ++q) {
-      const sparse_arrays<std::uint32_t> e = sparse_entries_at(slots.of(q), k);
+      const sparse_arrays<std::uint32_t> e = sparse_entries_at(slots.of(q), slots.count(q));
       scatter_add(*exec_, inout, std::span<const std::uint32_t>(e.index), std::span<const float>(e.value));
     }
     if (ranks != 1) divide(*exec_, inout, static_cast<float>(ranks));
@@ -228,6 +248,16 @@ protected:
 
   Params params_;
   cuda::executor* exec_;
+
+private:
+  [[nodiscard]] const Derived& derived() const noexcept { return static_cast<const Derived&>(*this); }
+
+  /// The count a payload of `bytes` carries (32-bit indices), kept within [least, most]: a
+  /// payload of another size then fails validation by its size.
+  [[nodiscard]] static std::size_t count_of(std::size_t bytes, std::size_t least, std::size_t most) noexcept {
+    const std::size_t entries = bytes > wire::header_bytes ? (bytes - wire::header_bytes) / 8 : 0;
+    return std::clamp(entries, least, most);
+  }
 };
 
 }  // namespace bellows::detail
