@@ -82,7 +82,7 @@ std::size_t compare(std::size_t n, std::size_t k, data kind, float bad, std::siz
     const std::vector<std::uint32_t> words = dindex.host();
     CHECK(same_bytes(std::vector<std::uint32_t>(words.begin(), words.begin() + selected), index));
     std::vector<float> got = dvalue.host();
-    if (feedback) {  // the values right after the `selected` indices
+    if (feedback && selected != 0) {  // the values right after the `selected` indices
       got.resize(selected);
       std::memcpy(got.data(), words.data() + selected, selected * sizeof(float));
     }
