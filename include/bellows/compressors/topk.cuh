@@ -117,10 +117,10 @@ public:
   /// or the state does not fit.
   [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in, std::span<std::byte> out,
                                             std::size_t rank = 0) const {
-    const std::size_t k = st.plan.k, most = st.plan.max_count;
+    const std::size_t k = st.plan.k, most = st.plan.max_count, ours = counts(st.layer).second;
     check_encode(st, in.size(), out, k);
-    BELLOWS_EXPECTS(most == counts(st.layer).second, name, ": layer '", st.layer.name, "': the state keeps ", k, " to ",
-                    most, " elements, this compressor up to ", counts(st.layer).second, " (make the state with it)");
+    BELLOWS_EXPECTS(most == ours, name, ": layer '", st.layer.name, "': the state keeps ", k, " to ", most,
+                    " elements, this compressor up to ", ours, " (make the state with it)");
     cuda::select_workspace ws(st.plan, exec_->workspace());
     select_top(*exec_, st.plan, sample_key(st, rank), in, {}, {}, ws,
                {detail::sparse_entries_at(out.data(), most).index, {}});

@@ -120,7 +120,6 @@ __global__ void radix_histogram_kernel(const Float* g, const Float* e, std::size
 template <class Word>
 __global__ void radix_pick_kernel(Word* hist, unsigned pass, select_state* state) {
   if (state->decided != 0) return;
-  __syncthreads();  // every thread has read `decided` before one writes the state
   using scan = cub::BlockScan<std::uint32_t, pick_threads>;
   __shared__ typename scan::TempStorage temp;
   const radix_pass p = radix_pass_of(pass);
@@ -379,9 +378,9 @@ inline void select_top(executor& exec, const select_plan& plan, const philox::st
     }
   };
   const bool step0 = ws.sample != nullptr;
+  BELLOWS_EXPECTS(step0 == (most > plan.k && plan.sample != 0), "cuda::select_top: a workspace for ",
+                  step0 ? "approximate" : "exact", " mode, a plan of ", plan.k, " to ", most, " kept");
   if (step0) {
-    BELLOWS_EXPECTS(most > plan.k && plan.sample != 0 && plan.lower_rank >= 1, "cuda::select_top: a workspace for ",
-                    "approximate mode, a plan of ", plan.k, " to ", most, " kept");
     detail::launch(&detail::sample_kernel<float>, std::min(blocks_for(plan.sample, detail::select_threads), 2048u),
                    detail::select_threads, st, gp, ep, n, plan.sample, draw, ws.sample);
     if (plan.upper_rank != 0) radix_select(ws.sample, nullptr, plan.sample, ws.sampled, plan.upper_rank, false);
@@ -393,9 +392,6 @@ inline void select_top(executor& exec, const select_plan& plan, const philox::st
     detail::launch(&detail::sample_decide_kernel, 1u, 1u, st, static_cast<const detail::sample_tally*>(ws.tally),
                    ws.state, static_cast<std::uint32_t>(plan.k), static_cast<std::uint32_t>(most),
                    static_cast<std::uint32_t>(std::min<std::size_t>(plan.capacity, 0xFFFFFFFFu)), last);
-  } else {
-    BELLOWS_EXPECTS(most == plan.k || plan.sample == 0, "cuda::select_top: a workspace for exact mode, a plan of ",
-                    plan.k, " to ", most, " kept");
   }
   radix_select(gp, ep, n, ws.state, plan.k, step0);
   const auto tiles = static_cast<unsigned>((n + detail::tie_tile - 1) / detail::tie_tile);

@@ -255,7 +255,8 @@ private:
   /// The count a payload of `bytes` carries (32-bit indices), kept within [least, most]: a
   /// payload of another size then fails validation by its size.
   [[nodiscard]] static std::size_t count_of(std::size_t bytes, std::size_t least, std::size_t most) noexcept {
-    const std::size_t entries = bytes > wire::header_bytes ? (bytes - wire::header_bytes) / 8 : 0;
+    const std::size_t entries =
+        bytes > wire::header_bytes ? (bytes - wire::header_bytes) / cuda::detail::sparse_body_bytes(1) : 0;
     return std::clamp(entries, least, most);
   }
 };
