@@ -14,12 +14,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                              bellows::static_policy(bellows::regime::critical), exec);
   sync.add_layer("fc1.weight", bellows::shape{16, 8});
   sync.add_layer("fc1.bias", bellows::shape{16});
-  const auto before = sync.checkpoint();
+  const bellows::rank_place solo{0, 1};
+  const auto before = sync.checkpoint(solo);
   try {
-    sync.restore(std::as_bytes(std::span(data, size)));
-    if (sync.checkpoint().size() != before.size()) std::abort();
+    sync.restore(std::as_bytes(std::span(data, size)), solo);
+    if (sync.checkpoint(solo).size() != before.size()) std::abort();
   } catch (const bellows::wire_error&) {
-    if (sync.checkpoint() != before) std::abort();
+    if (sync.checkpoint(solo) != before) std::abort();
   }
   return 0;
 }

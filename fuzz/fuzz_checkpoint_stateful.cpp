@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Checkpoints of Synchronizers with state in every part: PowerSGD under Accordion (ranks, queries,
 // error memories, the detector's sums and norms) when the first byte is even, top-k with error
-// memories otherwise; the rest of the input is the file. restore() may refuse the bytes with
+// memories otherwise; the second bit of that byte picks restore_elastic() over restore(); the rest
+// of the input is the file. Either may refuse the bytes with
 // bellows::wire_error and must then have changed nothing. Bytes it accepts must give a state
 // that saves, restores from its own bytes to the same bytes, and trains on: a step and the end of
 // an epoch must go through (anything they throw is a state restore() should have refused).
@@ -45,17 +46,21 @@ auto topk_sync() {
 }
 
 template <class Sync>
-void exercise(Sync&& sync, std::span<const std::byte> bytes) {
-  const std::vector<std::byte> before = sync.checkpoint();
+void exercise(Sync&& sync, std::span<const std::byte> bytes, bool elastic) {
+  const bellows::rank_place solo_place{0, 1};
+  const std::vector<std::byte> before = sync.checkpoint(solo_place);
   try {
-    sync.restore(bytes);
+    if (elastic)
+      sync.restore_elastic(bytes, solo_place);
+    else
+      sync.restore(bytes, solo_place);
   } catch (const bellows::wire_error&) {
-    if (sync.checkpoint() != before) std::abort();  // refused, so nothing may have changed
+    if (sync.checkpoint(solo_place) != before) std::abort();  // refused, so nothing may have changed
     return;
   }
-  const std::vector<std::byte> saved = sync.checkpoint();
-  sync.restore(saved);
-  if (sync.checkpoint() != saved) std::abort();
+  const std::vector<std::byte> saved = sync.checkpoint(solo_place);
+  sync.restore(saved, solo_place);
+  if (sync.checkpoint(solo_place) != saved) std::abort();
   std::vector<std::vector<float>> grads;
   for (std::size_t id = 0; id < sync.layers(); ++id) grads.emplace_back(sync.layer(id).size(), 0.5f);
   std::vector<std::span<float>> views(grads.begin(), grads.end());
@@ -83,9 +88,10 @@ void exercise(Sync&& sync, std::span<const std::byte> bytes) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   const auto bytes = std::as_bytes(std::span(data + 1, size - 1));
+  const bool elastic = (data[0] & 2) != 0;
   if (data[0] % 2 == 0)
-    exercise(powersgd_sync(), bytes);
+    exercise(powersgd_sync(), bytes, elastic);
   else
-    exercise(topk_sync(), bytes);
+    exercise(topk_sync(), bytes, elastic);
   return 0;
 }

@@ -34,8 +34,8 @@ struct device_averaging::impl {
   virtual std::span<const bellows::regime> end_epoch(float lr, bellows::collectives::local& comm) = 0;
   [[nodiscard]] virtual std::span<const bellows::layer_telemetry> telemetry() const = 0;
   [[nodiscard]] virtual bellows::traffic total_sent() const = 0;
-  [[nodiscard]] virtual std::vector<std::byte> checkpoint() const = 0;
-  virtual void restore(std::span<const std::byte> bytes) = 0;
+  [[nodiscard]] virtual std::vector<std::byte> checkpoint(bellows::rank_place at) const = 0;
+  virtual void restore(std::span<const std::byte> bytes, bellows::rank_place at) = 0;
 };
 
 namespace {
@@ -87,8 +87,10 @@ public:
   }
   [[nodiscard]] std::span<const bellows::layer_telemetry> telemetry() const override { return sync_.telemetry(); }
   [[nodiscard]] bellows::traffic total_sent() const override { return sync_.total_sent(); }
-  [[nodiscard]] std::vector<std::byte> checkpoint() const override { return sync_.checkpoint(); }
-  void restore(std::span<const std::byte> bytes) override { sync_.restore(bytes); }
+  [[nodiscard]] std::vector<std::byte> checkpoint(bellows::rank_place at) const override {
+    return sync_.checkpoint(at);
+  }
+  void restore(std::span<const std::byte> bytes, bellows::rank_place at) override { sync_.restore(bytes, at); }
 
 private:
   /// The worker's collective, staged: made at the first exchange (a worker keeps its collective).
@@ -137,8 +139,8 @@ std::span<const bellows::regime> device_averaging::end_epoch(float lr, bellows::
 }
 std::span<const bellows::layer_telemetry> device_averaging::telemetry() const { return impl_->telemetry(); }
 bellows::traffic device_averaging::total_sent() const { return impl_->total_sent(); }
-std::vector<std::byte> device_averaging::checkpoint() const { return impl_->checkpoint(); }
-void device_averaging::restore(std::span<const std::byte> bytes) { impl_->restore(bytes); }
+std::vector<std::byte> device_averaging::checkpoint(bellows::rank_place at) const { return impl_->checkpoint(at); }
+void device_averaging::restore(std::span<const std::byte> bytes, bellows::rank_place at) { impl_->restore(bytes, at); }
 
 bool device_present() { return bellows::cuda::device_count() > 0; }
 

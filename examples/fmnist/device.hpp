@@ -52,8 +52,8 @@ public:
   std::span<const bellows::regime> end_epoch(float lr, bellows::collectives::local& comm);
   [[nodiscard]] std::span<const bellows::layer_telemetry> telemetry() const;
   [[nodiscard]] bellows::traffic total_sent() const;
-  [[nodiscard]] std::vector<std::byte> checkpoint() const;
-  void restore(std::span<const std::byte> bytes);
+  [[nodiscard]] std::vector<std::byte> checkpoint(bellows::rank_place at) const;
+  void restore(std::span<const std::byte> bytes, bellows::rank_place at);
 
   struct impl;  ///< device.cu
 

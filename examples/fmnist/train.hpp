@@ -68,9 +68,10 @@ concept gradient_averaging = requires(A& a, const A& ca, std::span<const std::sp
 
 /// An averaging object whose state a training checkpoint can hold (bellows::synchronizer is one).
 template <class A>
-concept checkpointable_averaging = requires(A& a, const A& ca, std::span<const std::byte> bytes) {
-  { ca.checkpoint() } -> std::convertible_to<std::vector<std::byte>>;
-  a.restore(bytes);
+concept checkpointable_averaging = requires(A& a, const A& ca, std::span<const std::byte> bytes,
+                                            bellows::rank_place at) {
+  { ca.checkpoint(at) } -> std::convertible_to<std::vector<std::byte>>;
+  a.restore(bytes, at);
 };
 
 /// The baseline: every tensor averaged uncompressed by bellows::identity.
@@ -248,7 +249,7 @@ public:
   /// After epoch `done - 1`: rank 0 writes the file atomically.
   template <bellows::Collective Coll>
   void save(Coll& comm, std::span<const epoch_report> reports) {
-    const std::vector<std::byte> mine = averaging_->checkpoint();
+    const std::vector<std::byte> mine = averaging_->checkpoint(comm);
     comm.allgather(mine, gathered_);
     if (comm.rank() != 0) return;
     bellows::checkpoint_writer w;
@@ -316,7 +317,7 @@ private:
       if (w == rank) mine = std::move(state);
     }
     r.finish();
-    averaging_->restore(std::as_bytes(std::span<const char>(mine)));
+    averaging_->restore(std::as_bytes(std::span<const char>(mine)), {rank, workers});
     std::copy(weights.begin(), weights.end(), model_->parameters().begin());
     std::copy(velocity.begin(), velocity.end(), optimizer_->velocity().begin());
     return reports;

@@ -37,7 +37,7 @@ def default_level(compressor):
 # `threads`: the executor's threads change no result).
 CONFIG_FIELDS = ("family", "low", "high", "accordion", "eta", "interval", "feedback", "seed",
                  "min_compression_rate", "warm_start")
-FORMAT = "bellows_torch.State/1"
+FORMAT = "bellows_torch.State/2"  # 2: the rank, here and in each parameter's bytes
 
 
 def config(compressor="powersgd", low=4, high=None, accordion=False, eta=0.5, interval=10,
@@ -100,6 +100,7 @@ class State:
             process_group = dist.new_group() if overlap else dist.distributed_c10d._get_default_group()
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
+        self.rank = dist.get_rank(process_group)
         self._state = _C.HookState(self.config, process_group)
         self.non_finite_steps = 0
         self.overlap = bool(overlap)
@@ -205,9 +206,10 @@ class State:
 
     def state_dict(self):
         """Everything the hook carries from step to step, for torch.save: the configuration, the
-        world size, the non-finite step count, and per parameter name its shape and one uint8
-        tensor (its synchronizer's checkpoint: compressor state, detector, counters). Plain
-        values and tensors only, so torch.load(..., weights_only=True) reads it."""
+        rank and world size, the non-finite step count, and per parameter name its shape and one
+        uint8 tensor (its synchronizer's checkpoint: compressor state, detector, counters, and the
+        rank again). Each rank saves its own: an error memory belongs to one rank. Plain values
+        and tensors only, so torch.load(..., weights_only=True) reads it."""
         if self._names is None:
             raise ValueError("bellows_torch: state_dict() needs State(..., model=module), to key the "
                              "state by parameter name")
@@ -215,25 +217,26 @@ class State:
         shapes, layers = {}, {}
         for name, (shape, data) in self._state.state().items():
             shapes[name], layers[name] = list(shape), data
-        return dict(format=FORMAT, config=_config_values(self.config), world_size=self.world_size,
+        return dict(format=FORMAT, config=_config_values(self.config), rank=self.rank, world_size=self.world_size,
                     non_finite_steps=self.non_finite_steps, shapes=shapes, layers=layers)
 
     def load_state_dict(self, d):
         """Restores state_dict() output into this State (on every rank, its own rank's dict),
         before training resumes. Refuses (ValueError or RuntimeError, nothing changed) a dict of
-        another compressor or levels, another world size, or other parameters."""
+        another compressor or levels, another rank or world size, or other parameters. A dict of
+        format 1 records no rank: it loads with only its world size checked."""
         if self._names is None:
             raise ValueError("bellows_torch: load_state_dict() needs State(..., model=module)")
-        if not isinstance(d, dict) or d.get("format") != FORMAT:
+        if not isinstance(d, dict) or d.get("format") not in (FORMAT, "bellows_torch.State/1"):
             raise ValueError(f"bellows_torch: not a State.state_dict() of this version (format {FORMAT})")
         mine = _config_values(self.config)
         differ = [f"{k}: saved {d['config'].get(k)!r}, this State {v!r}" for k, v in mine.items()
                   if d["config"].get(k) != v]
         if differ:
             raise ValueError("bellows_torch: the saved state is of another configuration (" + "; ".join(differ) + ")")
-        if d["world_size"] != self.world_size:
-            raise ValueError(f"bellows_torch: the saved state is of {d['world_size']} ranks, this group has "
-                             f"{self.world_size}")
+        if d["world_size"] != self.world_size or d.get("rank", self.rank) != self.rank:
+            raise ValueError(f"bellows_torch: the saved state is rank {d['rank']}'s of {d['world_size']} ranks, "
+                             f"this process is rank {self.rank} of {self.world_size} (each rank loads its own)")
         expected = set(self._shapes)
         saved = set(d["layers"])
         if saved != expected:

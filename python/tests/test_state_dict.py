@@ -9,6 +9,7 @@ import io
 import unittest
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 import bellows_torch
@@ -93,11 +94,17 @@ def body(rank):
     resumed = bellows_torch.State(model=net, **OPTIONS)
     resumed.load_state_dict(saved)
     after_load = resumed.state_dict()
+    # The next rank's dict, its rank field changed to ours: the bytes themselves must refuse.
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, saved)
+    neighbours = dict(everyone[(rank + 1) % len(everyone)], rank=rank)
     refusals = {}
     for what, state, d in [
         ("compressor", bellows_torch.State(model=net, **dict(OPTIONS, compressor="topk", low=0.5, high=0.1)), saved),
         ("levels", bellows_torch.State(model=net, **dict(OPTIONS, low=4)), saved),
         ("world size", resumed, dict(saved, world_size=3)),
+        ("rank", resumed, dict(saved, rank=(rank + 1) % len(everyone))),
+        ("rank in the bytes", resumed, neighbours),
         ("parameters", bellows_torch.State(model=nn.Sequential(nn.Linear(12, 8)), **OPTIONS), saved),
         ("shapes", bellows_torch.State(model=nn.Sequential(nn.Linear(12, 8), nn.Linear(8, 5)), **OPTIONS), saved),
         ("bytes", resumed, dict(saved, layers=dict(saved["layers"], **{"1.weight": saved["layers"]["1.weight"][:-4]}))),
@@ -130,7 +137,8 @@ class StateDict(unittest.TestCase):
             self.assertEqual(r["telemetry"][0], r["telemetry"][1])
 
     def test_refusals(self):
-        expected = {"compressor": "family", "levels": "low", "world size": "3 ranks",
+        expected = {"compressor": "family", "levels": "low", "world size": "of 3 ranks", "rank": "this process is rank",
+                    "rank in the bytes": "this is rank",
                     "parameters": "other parameters", "shapes": "other shapes", "bytes": "1.weight"}
         for r in self.results:
             for what, words in expected.items():

@@ -3,6 +3,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -92,7 +94,7 @@ TEST_CASE("checkpoint files: atomic replacement, and a clear error for a missing
   CHECK(bellows::read_file(file) == first);
   bellows::write_file_atomically(file, second);
   CHECK(bellows::read_file(file) == second);
-  CHECK_FALSE(std::filesystem::exists(dir / "state.bin.tmp"));
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) CHECK(entry.path() == file);
   CHECK_THROWS_WITH_AS((void)bellows::read_file(dir / "missing.bin"), doctest::Contains("missing.bin"), bellows::error);
   CHECK_THROWS_AS(bellows::write_file_atomically(dir / "no" / "such" / "dir", first), bellows::error);
   std::filesystem::remove_all(dir);
@@ -167,6 +169,19 @@ int write_in_child(const fs::path& file, std::span<const std::byte> bytes, bool 
 
 bool killed(int status) { return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL; }
 
+/// The temporary files beside `file` (`<file>.tmp.<pid>.<serial>`), sorted.
+std::vector<fs::path> temporaries(const fs::path& file) {
+  std::vector<fs::path> found;
+  for (const auto& entry : fs::directory_iterator(file.parent_path()))
+    if (entry.path().filename().string().starts_with(file.filename().string() + ".tmp.")) found.push_back(entry.path());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+void remove_all(const std::vector<fs::path>& paths) {
+  for (const fs::path& p : paths) fs::remove(p);
+}
+
 struct scratch_dir {
   fs::path path;
   explicit scratch_dir(const char* name) : path(fs::temp_directory_path() / name) {
@@ -180,7 +195,7 @@ struct scratch_dir {
 
 TEST_CASE("checkpoint files: a writer killed at every stage leaves the old or the new file, complete") {
   const scratch_dir dir("bellows_checkpoint_stages");
-  const fs::path file = dir.path / "state.ckpt", tmp = bellows::temporary_path(file);
+  const fs::path file = dir.path / "state.ckpt";
   constexpr std::size_t n = std::size_t{1} << 20;  // a 4 MiB checkpoint
   const auto old_bytes = generation_bytes(1, n), new_bytes = generation_bytes(2, n);
   for (const atomic_write_stage stage :
@@ -188,20 +203,23 @@ TEST_CASE("checkpoint files: a writer killed at every stage leaves the old or th
         atomic_write_stage::flushed, atomic_write_stage::renamed, atomic_write_stage::directory_flushed}) {
     CAPTURE(static_cast<int>(stage));
     bellows::write_file_atomically(file, old_bytes);
-    REQUIRE_FALSE(fs::exists(tmp));
+    REQUIRE(temporaries(file).empty());
     kill_at = stage;
     CHECK(killed(write_in_child(file, new_bytes, true)));
     const bool replaced = stage >= atomic_write_stage::renamed;
     // The file holds one generation, complete: the old one until the rename, the new one after.
     CHECK(generation_in(file, n) == (replaced ? 2u : 1u));
-    // Before the rename the temporary file is left, incomplete until fully written; a reader of
-    // the checkpoint never opens it.
-    CHECK(fs::exists(tmp) == !replaced);
-    if (stage < atomic_write_stage::written) CHECK_THROWS_AS((void)generation_in(tmp, n), bellows::wire_error);
-    // The next write replaces it, and leaves none.
+    // Before the rename the writer's temporary file is left, incomplete until fully written; a
+    // reader of the checkpoint never opens it.
+    const std::vector<fs::path> left = temporaries(file);
+    CHECK(left.size() == (replaced ? 0u : 1u));
+    if (!left.empty() && stage < atomic_write_stage::written)
+      CHECK_THROWS_AS((void)generation_in(left[0], n), bellows::wire_error);
+    // The next write goes through beside it, and leaves no file of its own.
     bellows::write_file_atomically(file, generation_bytes(3, n));
     CHECK(generation_in(file, n) == 3);
-    CHECK_FALSE(fs::exists(tmp));
+    CHECK(temporaries(file) == left);
+    remove_all(left);
   }
   // Without a kill, every stage is reached in order.
   static std::vector<atomic_write_stage> seen;
@@ -215,7 +233,7 @@ TEST_CASE("checkpoint files: a writer killed at every stage leaves the old or th
 
 TEST_CASE("checkpoint files: a writer SIGKILLed after varied delays leaves the old or the new file, complete") {
   const scratch_dir dir("bellows_checkpoint_kills");
-  const fs::path file = dir.path / "state.ckpt", tmp = bellows::temporary_path(file);
+  const fs::path file = dir.path / "state.ckpt";
   constexpr std::size_t n = std::size_t{1} << 22;  // a 16 MiB checkpoint
   const auto old_bytes = generation_bytes(1, n), new_bytes = generation_bytes(2, n);
   // How long one write takes here, so that the kills spread over all of it (and a little after).
@@ -236,10 +254,13 @@ TEST_CASE("checkpoint files: a writer SIGKILLed after varied delays leaves the o
     else
       CHECK(generation == 2);  // a child that finished wrote the new file
     ++(generation == 1 ? old_kept : new_in_place);
-    // A temporary file may remain; the next write replaces it.
+    // The killed writer's temporary file may remain; the next write goes through beside it.
+    const std::vector<fs::path> left = temporaries(file);
+    CHECK(left.size() <= 1);
     bellows::write_file_atomically(file, generation_bytes(3, n));
     CHECK(generation_in(file, n) == 3);
-    CHECK_FALSE(fs::exists(tmp));
+    CHECK(temporaries(file) == left);
+    remove_all(left);
   }
   MESSAGE("one write ", took.count(), " us; ", kills, " of ", trials, " writers killed; old file kept ", old_kept,
           " times, new file in place ", new_in_place, " times");
@@ -248,32 +269,116 @@ TEST_CASE("checkpoint files: a writer SIGKILLed after varied delays leaves the o
 
 TEST_CASE("checkpoint files: failures leave the old file and no temporary file; only regular files are read") {
   const scratch_dir dir("bellows_checkpoint_failures");
-  const fs::path file = dir.path / "state.ckpt", tmp = bellows::temporary_path(file);
+  const fs::path file = dir.path / "state.ckpt";
   const std::vector<std::byte> old_bytes(64, std::byte{7});
   bellows::write_file_atomically(file, old_bytes);
-  // A stale temporary file (from a writer killed before its rename) is replaced by the next write.
-  bellows::write_file_atomically(tmp, std::vector<std::byte>(1000, std::byte{9}));
+  // The temporary file the next write would name, from its process id and serial.
+  auto next_temporary = [&](std::uint64_t ahead) {
+    return bellows::temporary_path(file, static_cast<long>(::getpid()), bellows::detail::temporary_serial + ahead);
+  };
+  // A file in that place (a writer's of the same process id, killed before its rename) is left
+  // alone: the write takes the next name.
+  const std::vector<std::byte> stale_bytes(1000, std::byte{9});
+  const scratch_dir elsewhere("bellows_checkpoint_failures_stale");
+  bellows::write_file_atomically(elsewhere.path / "stale", stale_bytes);  // (takes a serial)
+  const fs::path stale = next_temporary(1);
+  fs::rename(elsewhere.path / "stale", stale);
   const std::vector<std::byte> new_bytes(32, std::byte{8});
   bellows::write_file_atomically(file, new_bytes);
   CHECK(bellows::read_file(file) == new_bytes);
-  CHECK_FALSE(fs::exists(tmp));
-  // A link in the temporary file's place is refused, not followed.
+  CHECK(bellows::read_file(stale) == stale_bytes);
+  CHECK(temporaries(file) == std::vector{stale});
+  fs::remove(stale);
+  // A link in the temporary file's place is not followed either; with links in the next 16
+  // places the write gives up, naming the last.
   const fs::path victim = dir.path / "victim";
   bellows::write_file_atomically(victim, old_bytes);
-  fs::create_symlink(victim, tmp);
-  CHECK_THROWS_WITH_AS(bellows::write_file_atomically(file, old_bytes), doctest::Contains("cannot create"),
+  fs::create_symlink(victim, next_temporary(1));
+  bellows::write_file_atomically(file, old_bytes);
+  CHECK(bellows::read_file(victim) == old_bytes);
+  CHECK(bellows::read_file(file) == old_bytes);
+  remove_all(temporaries(file));
+  for (std::uint64_t ahead = 1; ahead <= 16; ++ahead) fs::create_symlink(victim, next_temporary(ahead));
+  CHECK_THROWS_WITH_AS(bellows::write_file_atomically(file, new_bytes), doctest::Contains("cannot create"),
                        bellows::error);
   CHECK(bellows::read_file(victim) == old_bytes);
-  CHECK(bellows::read_file(file) == new_bytes);
-  fs::remove(tmp);
+  CHECK(bellows::read_file(file) == old_bytes);
+  remove_all(temporaries(file));
   // A destination that cannot be replaced (a directory): the rename fails, nothing is left.
   const fs::path sub = dir.path / "sub";
   fs::create_directories(sub / "inner");
   CHECK_THROWS_WITH_AS(bellows::write_file_atomically(sub, new_bytes), doctest::Contains("renaming"), bellows::error);
   CHECK(fs::is_directory(sub / "inner"));
-  CHECK_FALSE(fs::exists(bellows::temporary_path(sub)));
+  CHECK(temporaries(sub).empty());
   // Reading a directory names it instead of allocating its "size".
   CHECK_THROWS_WITH_AS((void)bellows::read_file(dir.path), doctest::Contains("not a regular file"), bellows::error);
   CHECK_THROWS_WITH_AS((void)bellows::read_file(dir.path / "missing"), doctest::Contains("No such file"),
                        bellows::error);
+}
+
+TEST_CASE("checkpoint files: writers of one path at once, threads and processes, leave one writer's file, complete") {
+  const scratch_dir dir("bellows_checkpoint_concurrent");
+  const fs::path file = dir.path / "state.ckpt";
+  constexpr std::size_t n = 1 << 14;  // 64 KiB
+  constexpr std::uint64_t writers = 6, rounds = 20;
+  std::vector<std::vector<std::byte>> bytes;
+  for (std::uint64_t g = 1; g <= 2 * writers; ++g) bytes.push_back(generation_bytes(g, n));
+  bellows::write_file_atomically(file, bytes[0]);
+  // Threads of this process, and a reader that checks every file it sees while they write.
+  std::atomic<bool> writing{true};
+  std::atomic<int> reads{0}, incomplete{0}, failed{0};
+  std::thread reader([&] {
+    while (writing) {
+      try {
+        const std::uint64_t g = generation_in(file, n);
+        if (g < 1 || g > writers) ++incomplete;
+      } catch (const bellows::error&) {
+        ++incomplete;
+      }
+      ++reads;
+    }
+  });
+  std::vector<std::thread> threads;
+  for (std::uint64_t w = 0; w < writers; ++w)
+    threads.emplace_back([&, w] {
+      for (std::uint64_t r = 0; r < rounds; ++r) {
+        try {
+          bellows::write_file_atomically(file, bytes[w]);
+        } catch (const bellows::error&) {
+          ++failed;
+        }
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  writing = false;
+  reader.join();
+  CHECK(failed == 0);
+  CHECK(incomplete == 0);
+  CHECK(reads > 0);
+  const std::uint64_t by_thread = generation_in(file, n);
+  CHECK((by_thread >= 1 && by_thread <= writers));
+  CHECK(temporaries(file).empty());
+  // Processes: each forked writer has its own process id, so its own temporary files.
+  std::vector<pid_t> children;
+  for (std::uint64_t w = 0; w < writers; ++w) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      try {
+        for (std::uint64_t r = 0; r < rounds; ++r) bellows::write_file_atomically(file, bytes[writers + w]);
+      } catch (...) {
+        ::_exit(3);
+      }
+      ::_exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (const pid_t pid : children) {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+  const std::uint64_t by_process = generation_in(file, n);
+  CHECK((by_process > writers && by_process <= 2 * writers));
+  CHECK(temporaries(file).empty());
 }

@@ -105,7 +105,7 @@ void drive(Sync& sync, Coll& coll, std::size_t rank, const scenario& sc, Grads& 
   }
   t.telemetry.assign(sync.telemetry().begin(), sync.telemetry().end());
   if constexpr (requires { sync.detector().state(); }) t.detector = sync.detector().state();
-  t.checkpoint = sync.checkpoint();
+  t.checkpoint = sync.checkpoint(coll);
 }
 
 struct host_grads {
@@ -156,7 +156,7 @@ std::vector<trace> on_cpu(const scenario& sc, const Params& low, const Params& h
     register_layers(sync, sc);
     sync.set_level_change(sc.change);
     sync.measure_gradient_norms(sc.measure_norms);
-    if (!resume.empty()) sync.restore(resume[comm.rank()]);
+    if (!resume.empty()) sync.restore(resume[comm.rank()], comm);
     host_grads grads(sc);
     drive(sync, comm, comm.rank(), sc, grads, traces[comm.rank()]);
   });
@@ -176,7 +176,7 @@ void run_on_device(const scenario& sc, const Params& low, const Params& high,
   register_layers(sync, sc);
   sync.set_level_change(sc.change);
   sync.measure_gradient_norms(sc.measure_norms);
-  if (!resume.empty()) sync.restore(resume[rank]);
+  if (!resume.empty()) sync.restore(resume[rank], bellows::rank_place{rank, ranks()});
   device_grads grads(sc);
   drive(sync, coll, rank, sc, grads, t);
 }

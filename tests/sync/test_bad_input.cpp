@@ -92,10 +92,10 @@ TEST_CASE_TEMPLATE_DEFINE("bad input: layers of no element and of one element go
         ok = ok && (r == bellows::regime::critical || r == bellows::regime::normal);
     }
     ok = ok && sync.telemetry()[0].steps == 4 && sync.telemetry()[2].steps == 4;
-    saved[comm.rank()] = sync.checkpoint();
+    saved[comm.rank()] = sync.checkpoint(comm);
     auto resumed = make_sync<Case>();
-    resumed.restore(saved[comm.rank()]);
-    ok = ok && resumed.checkpoint() == saved[comm.rank()] && resumed.epoch() == 2 && resumed.steps() == 4;
+    resumed.restore(saved[comm.rank()], comm);
+    ok = ok && resumed.checkpoint(comm) == saved[comm.rank()] && resumed.epoch() == 2 && resumed.steps() == 4;
     if (ok) ++right;
   });
   CHECK(right == static_cast<int>(w));

@@ -232,7 +232,7 @@ TEST_CASE("synchronizer: save and load mid-run continue bit-identically; bad fil
         for (auto& x : g) out.push_back(x);
       }
       (void)sync.end_epoch(0.1f, comm);
-      if (e == 0) sync.save(dir / numbered("r", comm.rank(), ".ckpt"));
+      if (e == 0) sync.save(dir, comm);
     }
   };
   std::vector<std::vector<std::vector<float>>> straight(w), resumed(w);
@@ -245,18 +245,20 @@ TEST_CASE("synchronizer: save and load mid-run continue bit-identically; bad fil
   });
   group.run([&](local& comm) {
     auto sync = make();
-    const auto file = dir / numbered("r", comm.rank(), ".ckpt");
-    // A truncated copy and a copy of another version are refused without changing anything.
-    const auto bytes = bellows::read_file(file);
+    // Each rank saved its own file; a truncated copy and a copy of another version are refused
+    // without changing anything.
+    const auto bytes = bellows::read_file(dir / numbered("rank", comm.rank(), ".ckpt"));
     const auto bad = dir / numbered("bad", comm.rank());
-    bellows::write_file_atomically(bad, std::span(bytes).first(bytes.size() - 3));
-    CHECK_THROWS_WITH_AS(sync.load(bad), doctest::Contains("truncated"), bellows::wire_error);
+    std::filesystem::create_directories(bad);
+    const auto bad_file = decltype(sync)::checkpoint_file(bad, comm.rank());
+    bellows::write_file_atomically(bad_file, std::span(bytes).first(bytes.size() - 3));
+    CHECK_THROWS_WITH_AS(sync.load(bad, comm), doctest::Contains("truncated"), bellows::wire_error);
     auto other = bytes;
     other[4] = std::byte{9};
-    bellows::write_file_atomically(bad, other);
-    CHECK_THROWS_WITH_AS(sync.load(bad), doctest::Contains("version"), bellows::wire_error);
+    bellows::write_file_atomically(bad_file, other);
+    CHECK_THROWS_WITH_AS(sync.load(bad, comm), doctest::Contains("version"), bellows::wire_error);
     CHECK(sync.steps() == 0);
-    sync.load(file);
+    sync.load(dir, comm);
     CHECK(sync.epoch() == 1);
     CHECK(sync.steps() == 2);
     train(comm, sync, 1, resumed[comm.rank()]);
@@ -276,6 +278,17 @@ namespace {
 using critical_policy = bellows::static_policy;
 
 /// A synchronizer with state worth keeping: top-k with error memories at two ratios.
+/// Where a checkpoint's epoch stands: after the magic and version (4 bytes each), the rank, world
+/// size and layer count (8 each), each layer's name and dimensions (8 bytes of count and 8 a
+/// dimension, and the name's letters), and the step count.
+template <class Sync>
+std::size_t epoch_offset(const Sync& sync) {
+  std::size_t at = 32;
+  for (std::size_t id = 0; id < sync.layers(); ++id)
+    at += 16 + sync.layer(id).name.size() + 8 * sync.layer(id).shape.rank();
+  return at + 8;
+}
+
 auto make_topk_sync() {
   bellows::synchronizer sync(bellows::topk<>({.ratio = 0.1}), bellows::topk<>({.ratio = 0.05}),
                              critical_policy(bellows::regime::critical));
@@ -336,7 +349,7 @@ TEST_CASE("synchronizer: a gradient of the wrong length, or too few of them, rai
       std::vector<std::span<float>> v(g.begin(), g.end());
       (void)sync.step(v, comm);
     }
-    const auto before = sync.checkpoint();
+    const auto before = sync.checkpoint(comm);
     auto g = grads_of(comm.rank(), 1);
     const auto original = g;
     g[1].push_back(0.5f);  // layer l1 of shape 30 gets 31 values
@@ -349,14 +362,14 @@ TEST_CASE("synchronizer: a gradient of the wrong length, or too few of them, rai
       ok = what.find("layer 'l1' of shape 30 has 30 elements, its gradient 31") != std::string::npos;
     }
     ok = ok && g[0] == original[0] && g[2] == original[2];  // no layer was reduced
-    ok = ok && sync.checkpoint() == before && sync.steps() == 1 && sync.telemetry()[0].steps == 1;
+    ok = ok && sync.checkpoint(comm) == before && sync.steps() == 1 && sync.telemetry()[0].steps == 1;
     try {
       (void)sync.step(std::span(v).first(2), comm);
       ok = false;
     } catch (const bellows::error& e) {
       ok = ok && std::string(e.what()).find("2 gradients for 3 registered layers") != std::string::npos;
     }
-    ok = ok && sync.checkpoint() == before;
+    ok = ok && sync.checkpoint(comm) == before;
     // Nothing was exchanged either: the ranks are still in step for the next good call.
     g = original;
     std::vector<std::span<float>> good(g.begin(), g.end());
@@ -367,24 +380,39 @@ TEST_CASE("synchronizer: a gradient of the wrong length, or too few of them, rai
   CHECK(right == 2);
 }
 
-TEST_CASE("synchronizer: ranks that registered another count, name, order or shape of layers all raise") {
+TEST_CASE("synchronizer: ranks that registered another count, name, order or shape of layers all raise, naming the "
+          "difference") {
   constexpr std::size_t w = 3;
   struct variant {
     const char* what;
     std::vector<std::pair<std::string, bellows::shape>> odd;  // the layers of rank 2
+    std::string usual_says, odd_says;                         // what ranks 0 and 1, and rank 2, raise
   };
   const std::vector<std::pair<std::string, bellows::shape>> usual{{"fc1", bellows::shape{10, 4}},
                                                                   {"fc2", bellows::shape{4}}};
+  const std::string counts = "the ranks registered different numbers of layers: this rank ";
+  const std::string differs = "the ranks registered different layers: layer ";
   for (const variant& v :
        {variant{"an extra layer",
-                {{"fc1", bellows::shape{10, 4}}, {"fc2", bellows::shape{4}}, {"fc3", bellows::shape{4}}}},
-        variant{"a missing layer", {{"fc1", bellows::shape{10, 4}}}},
-        variant{"another name", {{"fc1", bellows::shape{10, 4}}, {"fc2.bias", bellows::shape{4}}}},
-        variant{"another order", {{"fc2", bellows::shape{4}}, {"fc1", bellows::shape{10, 4}}}},
-        variant{"another shape", {{"fc1", bellows::shape{4, 10}}, {"fc2", bellows::shape{4}}}}}) {
+                {{"fc1", bellows::shape{10, 4}}, {"fc2", bellows::shape{4}}, {"fc3", bellows::shape{4}}},
+                counts + "2, the mean over the 3 ranks 2.33",
+                counts + "3, the mean over the 3 ranks 2.33"},
+        variant{"a missing layer", {{"fc1", bellows::shape{10, 4}}}, counts + "2, the mean", counts + "1, the mean"},
+        variant{"another name",
+                {{"fc1", bellows::shape{10, 4}}, {"fc2.bias", bellows::shape{4}}},
+                differs + "1 differs between ranks; this rank has 'fc2' of shape 4",
+                differs + "1 differs between ranks; this rank has 'fc2.bias' of shape 4"},
+        variant{"another order",
+                {{"fc2", bellows::shape{4}}, {"fc1", bellows::shape{10, 4}}},
+                differs + "0 differs between ranks; this rank has 'fc1' of shape 10x4",
+                differs + "0 differs between ranks; this rank has 'fc2' of shape 4"},
+        variant{"another shape",
+                {{"fc1", bellows::shape{4, 10}}, {"fc2", bellows::shape{4}}},
+                differs + "0 differs between ranks; this rank has 'fc1' of shape 10x4",
+                differs + "0 differs between ranks; this rank has 'fc1' of shape 4x10"}}) {
     CAPTURE(v.what);
     local_group group(w);
-    std::atomic<int> raised{0};
+    std::vector<std::string> messages(w);
     CHECK_THROWS_AS(run_or_fail_on_hang(group,
                                         [&](local& comm) {
                                           bellows::synchronizer sync(bellows::identity<>(), bellows::identity<>(),
@@ -398,13 +426,15 @@ TEST_CASE("synchronizer: ranks that registered another count, name, order or sha
                                           try {
                                             (void)sync.step(views, comm);
                                           } catch (const bellows::error& e) {
-                                            if (std::string(e.what()).find("different layers") != std::string::npos)
-                                              ++raised;
+                                            messages[comm.rank()] = e.what();
                                             throw;
                                           }
                                         }),
                     bellows::error);
-    CHECK(raised == static_cast<int>(w));
+    for (std::size_t r = 0; r < w; ++r) {
+      CAPTURE(r);
+      CHECK(messages[r].find(r == 2 ? v.odd_says : v.usual_says) != std::string::npos);
+    }
   }
 }
 
@@ -455,21 +485,21 @@ TEST_CASE("synchronizer: every truncation, another version, magic, configuration
     (void)trained.step(v, solo);
   }
   (void)trained.end_epoch(0.1f, solo);
-  const std::vector<std::byte> bytes = trained.checkpoint();
+  const std::vector<std::byte> bytes = trained.checkpoint(solo);
 
   auto fresh = make_topk_sync();
-  const auto before = fresh.checkpoint();
+  const auto before = fresh.checkpoint(solo);
   REQUIRE(before != bytes);
   std::size_t refused = 0;
   for (std::size_t length = 0; length < bytes.size(); ++length) {
     try {
-      fresh.restore(std::span(bytes).first(length));
+      fresh.restore(std::span(bytes).first(length), solo);
     } catch (const bellows::wire_error&) {
       ++refused;
     }
   }
   CHECK(refused == bytes.size());
-  CHECK(fresh.checkpoint() == before);
+  CHECK(fresh.checkpoint(solo) == before);
   auto edited = [&](std::size_t offset, std::byte value) {
     auto copy = bytes;
     copy[offset] = value;
@@ -477,12 +507,16 @@ TEST_CASE("synchronizer: every truncation, another version, magic, configuration
   };
   auto longer = bytes;
   longer.push_back(std::byte{0});
-  CHECK_THROWS_WITH_AS(fresh.restore(longer), doctest::Contains("unexpected bytes"), bellows::wire_error);
-  CHECK_THROWS_WITH_AS(fresh.restore(edited(0, std::byte{0})), doctest::Contains("not a bellows checkpoint"),
+  CHECK_THROWS_WITH_AS(fresh.restore(longer, solo), doctest::Contains("unexpected bytes"), bellows::wire_error);
+  CHECK_THROWS_WITH_AS(fresh.restore(edited(0, std::byte{0}), solo), doctest::Contains("not a bellows checkpoint"),
                        bellows::wire_error);
-  CHECK_THROWS_WITH_AS(fresh.restore(edited(4, std::byte{99})), doctest::Contains("checkpoint version 99"),
+  CHECK_THROWS_WITH_AS(fresh.restore(edited(4, std::byte{99}), solo), doctest::Contains("checkpoint version 99"),
                        bellows::wire_error);
-  CHECK_THROWS_WITH_AS(fresh.restore(edited(8, std::byte{0x5a})), doctest::Contains("other layers"),
+  // magic, version (4 bytes each), rank, world size, layer count, the first name's length (8 each),
+  // then its letters: 'l0' becomes 'x0'.
+  CHECK_THROWS_WITH_AS(fresh.restore(edited(40, std::byte{'x'}), solo),
+                       doctest::Contains("checkpoint saved for other layers: layer 0 is 'x0' of shape 20x30 in "
+                                         "the file, 'l0' of shape 20x30 here"),
                        bellows::wire_error);
   // A NaN in a saved error memory would stall its layer (every later step non-finite): refused.
   {
@@ -495,32 +529,31 @@ TEST_CASE("synchronizer: every truncation, another version, magic, configuration
     auto poisoned = bytes;
     const float nan = std::numeric_limits<float>::quiet_NaN();
     std::memcpy(poisoned.data() + (at - bytes.begin()), &nan, sizeof nan);
-    CHECK_THROWS_WITH_AS(fresh.restore(poisoned), doctest::Contains("non-finite"), bellows::wire_error);
+    CHECK_THROWS_WITH_AS(fresh.restore(poisoned, solo), doctest::Contains("non-finite"), bellows::wire_error);
   }
   // The same layers under another configuration: top-k without error memories.
   bellows::synchronizer no_memory(bellows::topk<>({.ratio = 0.1, .feedback = bellows::feedback::none}),
                                   bellows::topk<>({.ratio = 0.05, .feedback = bellows::feedback::none}),
                                   critical_policy(bellows::regime::critical));
   for (std::uint32_t id = 0; id < 3; ++id) no_memory.add_layer(numbered("l", id), shapes[id]);
-  const auto no_memory_before = no_memory.checkpoint();
-  CHECK_THROWS_WITH_AS(no_memory.restore(bytes), doctest::Contains("expected 0"), bellows::wire_error);
-  CHECK(no_memory.checkpoint() == no_memory_before);
-  // Files: a directory and a missing file are named.
+  const auto no_memory_before = no_memory.checkpoint(solo);
+  CHECK_THROWS_WITH_AS(no_memory.restore(bytes, solo), doctest::Contains("expected 0"), bellows::wire_error);
+  CHECK(no_memory.checkpoint(solo) == no_memory_before);
+  // Files: a directory in the rank's file's place and a missing file are named.
   const auto dir = std::filesystem::temp_directory_path() / "bellows_sync_bad_files";
-  std::filesystem::create_directories(dir);
-  CHECK_THROWS_WITH_AS(fresh.load(dir), doctest::Contains("not a regular file"), bellows::error);
-  CHECK_THROWS_WITH_AS(fresh.load(dir / "missing.ckpt"), doctest::Contains("missing.ckpt"), bellows::error);
+  std::filesystem::create_directories(dir / "rank0.ckpt");
+  CHECK_THROWS_WITH_AS(fresh.load(dir, solo), doctest::Contains("not a regular file"), bellows::error);
+  CHECK_THROWS_WITH_AS(fresh.load(dir / "missing", solo), doctest::Contains("missing/rank0.ckpt"), bellows::error);
   std::filesystem::remove_all(dir);
-  CHECK(fresh.checkpoint() == before);
+  CHECK(fresh.checkpoint(solo) == before);
   // And the intact bytes restore completely.
-  fresh.restore(bytes);
-  CHECK(fresh.checkpoint() == bytes);
+  fresh.restore(bytes, solo);
+  CHECK(fresh.checkpoint(solo) == bytes);
 }
 
 TEST_CASE("synchronizer: a save killed half-way (a real child process, SIGKILL) leaves the previous checkpoint") {
   const auto dir = std::filesystem::temp_directory_path() / "bellows_sync_killed_save";
-  std::filesystem::create_directories(dir);
-  const auto file = dir / "run.ckpt";
+  std::filesystem::remove_all(dir);
   bellows::archetypes::collective solo;
   auto sync = make_topk_sync();
   auto one_step = [&](int s) {
@@ -529,8 +562,8 @@ TEST_CASE("synchronizer: a save killed half-way (a real child process, SIGKILL) 
     (void)sync.step(v, solo);
   };
   one_step(0);
-  sync.save(file);
-  const auto saved = sync.checkpoint();
+  sync.save(dir, solo);
+  const auto saved = sync.checkpoint(solo);
   one_step(1);
   for (const auto stage :
        {bellows::detail::atomic_write_stage::half_written, bellows::detail::atomic_write_stage::flushed}) {
@@ -543,7 +576,7 @@ TEST_CASE("synchronizer: a save killed half-way (a real child process, SIGKILL) 
         if (s == at) ::raise(SIGKILL);
       };
       try {
-        sync.save(file);
+        sync.save(dir, solo);
       } catch (...) {
       }
       ::_exit(0);
@@ -552,11 +585,18 @@ TEST_CASE("synchronizer: a save killed half-way (a real child process, SIGKILL) 
     REQUIRE(::waitpid(pid, &status, 0) == pid);
     CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
     auto resumed = make_topk_sync();
-    resumed.load(file);
-    CHECK(resumed.checkpoint() == saved);
+    resumed.load(dir, solo);
+    CHECK(resumed.checkpoint(solo) == saved);
   }
-  sync.save(file);  // the next save replaces the temporary file a killed one left
-  CHECK_FALSE(std::filesystem::exists(bellows::temporary_path(file)));
+  // Each killed writer left its own temporary file, which nothing reads; the next save goes on.
+  std::size_t temporaries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    temporaries += entry.path().filename().string().starts_with("rank0.ckpt.tmp.") ? 1 : 0;
+  CHECK(temporaries == 2);
+  sync.save(dir, solo);
+  auto resumed = make_topk_sync();
+  resumed.load(dir, solo);
+  CHECK(resumed.checkpoint(solo) == sync.checkpoint(solo));
   std::filesystem::remove_all(dir);
 }
 
@@ -571,7 +611,11 @@ TEST_CASE("synchronizer: a layer its compressors refuse (ratio out of range) rai
                              critical_policy(bellows::regime::critical));
   CHECK(fine.add_layer("fc1.weight", bellows::shape{10, 4}) == 0);
   // A checkpoint of the one-layer synchronizer does not fit the empty one.
-  CHECK_THROWS_WITH_AS(sync.restore(fine.checkpoint()), doctest::Contains("other layers"), bellows::wire_error);
+  const bellows::rank_place solo{0, 1};
+  CHECK_THROWS_WITH_AS(sync.restore(fine.checkpoint(solo), solo),
+                       doctest::Contains("the checkpoint holds 1 layers and none is registered here; register every "
+                                         "layer (add_layer) before load"),
+                       bellows::wire_error);
 }
 
 TEST_CASE("synchronizer: a checkpoint whose detector is at another epoch than the synchronizer is refused") {
@@ -588,16 +632,15 @@ TEST_CASE("synchronizer: a checkpoint whose detector is at another epoch than th
   std::vector<std::span<float>> v(g.begin(), g.end());
   (void)trained.step(v, solo);
   (void)trained.end_epoch(0.1f, solo);
-  auto bytes = trained.checkpoint();
-  // magic, version (4 bytes each), layer hash, layer count, steps (8 each), then the epoch.
+  auto bytes = trained.checkpoint(solo);
   const std::uint64_t epoch = 5;
-  std::memcpy(bytes.data() + 32, &epoch, sizeof epoch);
+  std::memcpy(bytes.data() + epoch_offset(trained), &epoch, sizeof epoch);
   auto fresh = make();
-  const auto before = fresh.checkpoint();
-  CHECK_THROWS_WITH_AS(fresh.restore(bytes), doctest::Contains("checkpoint of epoch 5 holds a detector at epoch 1"),
-                       bellows::wire_error);
-  CHECK(fresh.checkpoint() == before);
-  fresh.restore(trained.checkpoint());
+  const auto before = fresh.checkpoint(solo);
+  CHECK_THROWS_WITH_AS(fresh.restore(bytes, solo),
+                       doctest::Contains("checkpoint of epoch 5 holds a detector at epoch 1"), bellows::wire_error);
+  CHECK(fresh.checkpoint(solo) == before);
+  fresh.restore(trained.checkpoint(solo), solo);
   (void)fresh.end_epoch(0.1f, solo);  // the intact file goes on
   CHECK(fresh.epoch() == 2);
 }
@@ -705,24 +748,26 @@ TEST_CASE("synchronizer: top-k under level change reset zeroes the memory of a s
 }
 
 TEST_CASE("synchronizer: a checkpoint records the level change and restores only under the same one") {
+  const bellows::rank_place solo{0, 1};
   auto reset = make_switching_powersgd(bellows::level_change::reset);
   train_epoch(reset, 0);
-  const std::vector<std::byte> bytes = reset.checkpoint();
+  const std::vector<std::byte> bytes = reset.checkpoint(solo);
   auto keep = make_switching_powersgd(bellows::level_change::keep);
-  const auto before = keep.checkpoint();
-  CHECK_THROWS_WITH_AS(keep.restore(bytes),
+  const auto before = keep.checkpoint(solo);
+  CHECK_THROWS_WITH_AS(keep.restore(bytes, solo),
                        doctest::Contains("saved with level change 'reset', this synchronizer is set to 'keep'"),
                        bellows::wire_error);
-  CHECK(keep.checkpoint() == before);
+  CHECK(keep.checkpoint(solo) == before);
   auto invalid = bytes;
-  invalid[40] = std::byte{7};  // magic, version, hash, count, steps, epoch: 40 bytes, then the option
+  invalid[epoch_offset(reset) + 8] = std::byte{7};  // the option follows the epoch
   auto other_reset = make_switching_powersgd(bellows::level_change::reset);
-  CHECK_THROWS_WITH_AS(other_reset.restore(invalid), doctest::Contains("invalid level change"), bellows::wire_error);
+  CHECK_THROWS_WITH_AS(other_reset.restore(invalid, solo), doctest::Contains("invalid level change"),
+                       bellows::wire_error);
   // Restored under reset it goes on as the original: epoch 1 switches layer 0 back, afresh.
-  other_reset.restore(bytes);
+  other_reset.restore(bytes, solo);
   train_epoch(reset, 1);
   train_epoch(other_reset, 1);
-  CHECK(other_reset.checkpoint() == reset.checkpoint());
+  CHECK(other_reset.checkpoint(solo) == reset.checkpoint(solo));
 }
 
 namespace {
@@ -750,15 +795,185 @@ TEST_CASE("synchronizer: a version-2 checkpoint, saved before the level-change o
   std::uint32_t version = 0;
   std::memcpy(&version, old_bytes.data() + 4, sizeof version);
   REQUIRE(version == 2);
+  const bellows::rank_place solo{0, 1};
   auto sync = powersgd_seed_sync(exec);
-  sync.restore(old_bytes);
+  sync.restore(old_bytes, solo);
   CHECK(sync.epoch() == 3);
-  const std::vector<std::byte> again = sync.checkpoint();
-  CHECK(std::equal(again.begin(), again.end(), new_bytes.begin(), new_bytes.end()));  // all of it, as version 3
+  auto from_v3 = powersgd_seed_sync(exec);
+  from_v3.restore(new_bytes, solo);
+  CHECK(sync.checkpoint(solo) == from_v3.checkpoint(solo));  // all of it
   // A synchronizer set to reset refuses it: those runs kept their state across level changes.
   auto reset = powersgd_seed_sync(exec);
   reset.set_level_change(bellows::level_change::reset);
-  const auto before = reset.checkpoint();
-  CHECK_THROWS_WITH_AS(reset.restore(old_bytes), doctest::Contains("level change 'keep'"), bellows::wire_error);
-  CHECK(reset.checkpoint() == before);
+  const auto before = reset.checkpoint(solo);
+  CHECK_THROWS_WITH_AS(reset.restore(old_bytes, solo), doctest::Contains("level change 'keep'"), bellows::wire_error);
+  CHECK(reset.checkpoint(solo) == before);
+}
+
+TEST_CASE("synchronizer: each rank saves its own file; a file of another rank or world size is refused naming both, "
+          "and changes nothing") {
+  constexpr std::size_t w = 3;
+  const auto dir = std::filesystem::temp_directory_path() / "bellows_sync_rank_files";
+  std::filesystem::remove_all(dir);
+  local_group group(w);
+  std::vector<std::vector<std::byte>> saved(w);
+  group.run([&](local& comm) {
+    auto sync = make_topk_sync();
+    auto g = grads_of(comm.rank(), 0);
+    std::vector<std::span<float>> v(g.begin(), g.end());
+    (void)sync.step(v, comm);
+    sync.save(dir, comm);  // all at once, into one directory
+    saved[comm.rank()] = sync.checkpoint(comm);
+  });
+  for (std::size_t r = 0; r < w; ++r) {
+    CAPTURE(r);
+    using sync_type = decltype(make_topk_sync());
+    CHECK(bellows::read_file(sync_type::checkpoint_file(dir, r)) == saved[r]);
+    CHECK(saved[r] != saved[(r + 1) % w]);  // the memories differ
+  }
+  std::vector<std::string> other_rank(w), other_world(w);
+  std::atomic<int> unchanged{0}, resumed{0};
+  group.run([&](local& comm) {
+    auto sync = make_topk_sync();
+    const auto before = sync.checkpoint(comm);
+    try {
+      sync.restore(saved[(comm.rank() + 1) % w], comm);
+    } catch (const bellows::wire_error& e) {
+      other_rank[comm.rank()] = e.what();
+    }
+    try {
+      sync.load(dir, bellows::rank_place{comm.rank() % 2, 2});
+    } catch (const bellows::wire_error& e) {
+      other_world[comm.rank()] = e.what();
+    }
+    if (sync.checkpoint(comm) == before && sync.steps() == 0) ++unchanged;
+    sync.load(dir, comm);
+    if (sync.checkpoint(comm) == saved[comm.rank()] && sync.steps() == 1) ++resumed;
+  });
+  CHECK(unchanged == static_cast<int>(w));
+  CHECK(resumed == static_cast<int>(w));
+  for (std::size_t r = 0; r < w; ++r) {
+    CAPTURE(r);
+    CHECK(other_rank[r].find(numbered("the checkpoint is rank ", (r + 1) % w, "'s of 3 ranks, this is rank ") +
+                             numbered("", r, " of 3")) != std::string::npos);
+    CHECK(other_world[r].find(numbered("rank", r % 2, ".ckpt: synchronizer: the checkpoint is rank ") +
+                              numbered("", r % 2, "'s of 3 ranks, this is rank ") + numbered("", r % 2, " of 2")) !=
+          std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("synchronizer: the elastic restart keeps levels, detector and counters at another world size, and starts "
+          "the memories fresh") {
+  const auto dir = std::filesystem::temp_directory_path() / "bellows_sync_elastic";
+  std::filesystem::remove_all(dir);
+  // Three ranks train an epoch of PowerSGD 4 <-> 1 (layer 0 moves to the high level) and save.
+  std::vector<std::vector<std::byte>> saved(3);
+  std::vector<double> seen0;
+  std::vector<bellows::regime> levels0;
+  local_group three(3);
+  three.run([&](local& comm) {
+    auto sync = make_switching_powersgd(bellows::level_change::keep);
+    for (int s = 0; s < 2; ++s) {
+      auto g = grads_of(comm.rank(), s);
+      std::vector<std::span<float>> v(g.begin(), g.end());
+      (void)sync.step(v, comm);
+    }
+    (void)sync.end_epoch(0.1f, comm);
+    sync.save(dir, comm);
+    saved[comm.rank()] = sync.checkpoint(comm);
+    if (comm.rank() == 0) {
+      seen0 = sync.detector().seen;
+      for (const bellows::layer_telemetry& t : sync.telemetry()) levels0.push_back(t.level);
+    }
+  });
+  REQUIRE(levels0 == std::vector{bellows::regime::normal, bellows::regime::critical, bellows::regime::critical});
+  // Two ranks restart from it: every one reads rank 0's file.
+  local_group two(2);
+  std::atomic<int> right{0};
+  std::vector<std::string> strict(2);
+  two.run([&](local& comm) {
+    auto sync = make_switching_powersgd(bellows::level_change::keep);
+    try {
+      sync.load(dir, comm);  // the strict load refuses the world size
+    } catch (const bellows::wire_error& e) {
+      strict[comm.rank()] = e.what();
+    }
+    sync.load_elastic(dir, comm);
+    bool ok = sync.epoch() == 1 && sync.steps() == 2 && sync.detector().seen == seen0;
+    for (std::size_t id = 0; id < 3; ++id) {
+      ok = ok && sync.telemetry()[id].level == levels0[id] && sync.telemetry()[id].steps == 2;
+      ok = ok && sync.state(id).step == 2 && all_zero(sync.state(id).memory.values());
+    }
+    // The same state as a fresh synchronizer of each layer's level (PowerSGD's fresh query).
+    auto fresh = make_switching_powersgd(bellows::level_change::keep);
+    ok = ok && fresh.state(1).query == sync.state(1).query;               // still at the low level: rank 4
+    ok = ok && sync.state(0).query.size() < fresh.state(0).query.size();  // at the high level: rank 1
+    // And it trains on, at two ranks.
+    auto g = grads_of(comm.rank(), 2);
+    std::vector<std::span<float>> v(g.begin(), g.end());
+    for (const bellows::step_status st : sync.step(v, comm)) ok = ok && st == bellows::step_status::ok;
+    (void)sync.end_epoch(0.1f, comm);
+    ok = ok && sync.epoch() == 2 && !all_zero(sync.state(0).memory.values());
+    if (ok) ++right;
+  });
+  CHECK(right == 2);
+  for (std::size_t r = 0; r < 2; ++r)
+    CHECK(strict[r].find(numbered("of 3 ranks, this is rank ", r, " of 2")) != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("synchronizer: a checkpoint of other layers names the first that differs, or the counts") {
+  const bellows::rank_place solo{0, 1};
+  const auto saved = make_topk_sync().checkpoint(solo);  // l0 20x30, l1 30, l2 4x3x3x3
+  auto with = [](std::vector<std::pair<std::string, bellows::shape>> layers) {
+    bellows::synchronizer sync(bellows::topk<>({.ratio = 0.1}), bellows::topk<>({.ratio = 0.05}),
+                               critical_policy(bellows::regime::critical));
+    for (auto& [name, shp] : layers) sync.add_layer(name, shp);
+    return sync;
+  };
+  struct variant {
+    const char* what;
+    std::vector<std::pair<std::string, bellows::shape>> layers;
+    const char* says;
+  };
+  for (const variant& v : {
+           variant{"a layer less",
+                   {{"l0", shapes[0]}, {"l1", shapes[1]}},
+                   "the checkpoint holds 3 layers, 2 are registered here; the first missing here is 'l2' of shape "
+                   "4x3x3x3"},
+           variant{"a layer more",
+                   {{"l0", shapes[0]}, {"l1", shapes[1]}, {"l2", shapes[2]}, {"l3", bellows::shape{5}}},
+                   "the checkpoint holds 3 layers, 4 are registered here; the first not in the file is 'l3' of "
+                   "shape 5"},
+           variant{"another shape",
+                   {{"l0", shapes[0]}, {"l1", bellows::shape{31}}, {"l2", shapes[2]}},
+                   "layer 1 is 'l1' of shape 30 in the file, 'l1' of shape 31 here"},
+           variant{"another name",
+                   {{"l0", shapes[0]}, {"l1", shapes[1]}, {"conv", shapes[2]}},
+                   "layer 2 is 'l2' of shape 4x3x3x3 in the file, 'conv' of shape 4x3x3x3 here"},
+           variant{"none", {}, "the checkpoint holds 3 layers and none is registered here; register every layer"},
+       }) {
+    CAPTURE(v.what);
+    auto sync = with(v.layers);
+    const auto before = sync.checkpoint(solo);
+    CHECK_THROWS_WITH_AS(sync.restore(saved, solo), doctest::Contains(v.says), bellows::wire_error);
+    CHECK(sync.checkpoint(solo) == before);
+  }
+  // A version-3 file records only a hash of the layers: its message says so. It records no rank
+  // either, and loads at any place.
+  const std::vector<std::byte> v3 =
+      bellows::read_file(std::filesystem::path(BELLOWS_TEST_CORPUS) / "checkpoint_stateful/topk_epoch1");
+  auto sync = make_topk_sync();
+  CHECK_THROWS_WITH_AS(sync.restore(std::span(v3).subspan(1), solo),
+                       doctest::Contains("checkpoint (version 3, which records no layer names) saved for other "
+                                         "layers than the 3 registered here"),
+                       bellows::wire_error);
+  // The layers and levels of fuzz/fuzz_checkpoint_stateful.cpp's top-k seeds.
+  bellows::synchronizer its_own(bellows::topk<>({.ratio = 0.25}), bellows::topk<>({.ratio = 0.1}),
+                                bellows::static_policy(bellows::regime::normal));
+  its_own.add_layer("fc1.weight", bellows::shape{12, 10});
+  its_own.add_layer("fc1.bias", bellows::shape{12});
+  its_own.restore(std::span(v3).subspan(1), bellows::rank_place{3, 8});
+  CHECK(its_own.epoch() == 1);
 }

@@ -6,11 +6,13 @@
 // element count, so a reader can check every count against the state it restores into.
 #pragma once
 
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <concepts>
 #include <cstring>
 #include <filesystem>
 #include <span>
@@ -125,6 +127,31 @@ private:
   std::size_t pos_ = 0;
 };
 
+/// Where a checkpoint belongs: a rank and the number of ranks (the world size). A checkpoint
+/// records it and loads only at the same place, since an error memory is one rank's. Any
+/// Collective converts to its own place, so `sync.save(dir, coll)` and `sync.save(dir, {r, w})`
+/// say the same.
+class rank_place {
+public:
+  constexpr rank_place(std::size_t rank, std::size_t world) : rank_(rank), world_(world) {
+    if (world == 0 || rank >= world) fail("rank_place: rank ", rank, " of ", world, " ranks");
+  }
+  template <class Coll>
+    requires requires(const Coll& c) {
+      { c.rank() } -> std::convertible_to<std::size_t>;
+      { c.size() } -> std::convertible_to<std::size_t>;
+    }
+  constexpr rank_place(const Coll& coll)  // NOLINT(google-explicit-constructor): a collective is its place
+      : rank_place(coll.rank(), coll.size()) {}
+
+  [[nodiscard]] constexpr std::size_t rank() const noexcept { return rank_; }
+  [[nodiscard]] constexpr std::size_t size() const noexcept { return world_; }
+  friend constexpr bool operator==(const rank_place&, const rank_place&) = default;
+
+private:
+  std::size_t rank_, world_;
+};
+
 namespace detail {
 
 /// The moments of write_file_atomically, in order.
@@ -143,33 +170,48 @@ inline void (*atomic_write_probe)(atomic_write_stage) = nullptr;
 
 }  // namespace detail
 
-/// The temporary file write_file_atomically writes before renaming it to `path`.
-[[nodiscard]] inline std::filesystem::path temporary_path(const std::filesystem::path& path) {
-  return path.string() + ".tmp";
+/// The temporary file beside `path` that a write_file_atomically call of process `pid` writes
+/// as its `serial`-th temporary file: `<path>.tmp.<pid>.<serial>`. Each call has its own, so
+/// writers of one path, in one process or several, never write into the same file.
+[[nodiscard]] inline std::filesystem::path temporary_path(const std::filesystem::path& path, long pid,
+                                                          std::uint64_t serial) {
+  return detail::concat(path.string(), ".tmp.", pid, ".", serial);
 }
 
+namespace detail {
+/// How many temporary files this process has named (the serial of temporary_path).
+inline std::atomic<std::uint64_t> temporary_serial{0};
+}  // namespace detail
+
 /// Writes `bytes` to `path` so that a crash at any moment leaves either the old file or the new
-/// one, complete, never a mix or a prefix: the bytes go to temporary_path(path) beside it, which
-/// is flushed to disk (fsync), renamed over `path` (atomic on POSIX file systems), and the
-/// directory is flushed so that the rename survives a power loss too. A process killed before
-/// the rename leaves `path` as it was and possibly the temporary file, which nothing reads and
-/// the next write to `path` replaces. One writer per path at a time. On failure, raises
-/// bellows::error naming the file and the system's reason, removes the temporary file, and
-/// leaves `path` as it was (unless the failure came after the rename, when only the directory's
-/// flush failed).
+/// one, complete, never a mix or a prefix: the bytes go to a temporary file of this call's own
+/// beside `path` (temporary_path), which is flushed to disk (fsync), renamed over `path` (atomic
+/// on POSIX file systems), and the directory is flushed so that the rename survives a power loss
+/// too. Concurrent writers of one path (threads or processes) never share a temporary file: the
+/// last rename wins, and the file is always one writer's bytes, complete. A process killed
+/// before its rename leaves `path` as it was and possibly its temporary file, named with its
+/// process id, which nothing reads. On failure, raises bellows::error naming the file and the
+/// system's reason, removes the temporary file, and leaves `path` as it was (unless the failure
+/// came after the rename, when only the directory's flush failed).
 inline void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes) {
-  const std::filesystem::path tmp = temporary_path(path);
-  auto fail_after = [&](const char* doing, int err, int fd) {
-    if (fd >= 0) ::close(fd);
+  // O_EXCL: a name that exists (a stale file of a killed writer whose process id came back, or
+  // a link placed there) is never opened; the next serial is tried instead.
+  std::filesystem::path tmp;
+  int fd = -1;
+  for (int attempt = 0; fd < 0; ++attempt) {
+    tmp = temporary_path(path, static_cast<long>(::getpid()), ++detail::temporary_serial);
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && (errno != EEXIST || attempt == 15))
+      fail("write_file_atomically: cannot create ", tmp, ": ", std::strerror(errno));
+  }
+  auto fail_after = [&](const char* doing, int err, int open_fd) {
+    if (open_fd >= 0) ::close(open_fd);
     ::unlink(tmp.c_str());
     fail("write_file_atomically: ", doing, " ", tmp, " failed: ", std::strerror(err));
   };
-  // O_TRUNC replaces a temporary file left by a killed writer; O_NOFOLLOW refuses a link there.
   auto reached = [](detail::atomic_write_stage stage) {
     if (detail::atomic_write_probe != nullptr) detail::atomic_write_probe(stage);
   };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) fail("write_file_atomically: cannot create ", tmp, ": ", std::strerror(errno));
   reached(detail::atomic_write_stage::created);
   std::size_t done = 0;
   for (const auto stage : {detail::atomic_write_stage::half_written, detail::atomic_write_stage::written}) {

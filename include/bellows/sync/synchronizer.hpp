@@ -26,6 +26,7 @@
 // Everything else (levels, telemetry, checkpoints) is this file's host code, for both.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -38,6 +39,7 @@
 #include <vector>
 
 #include "bellows/concepts.hpp"
+#include "bellows/core/checked.hpp"
 #include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
 #include "bellows/core/shape.hpp"
@@ -200,18 +202,25 @@ public:
   [[nodiscard]] D& detector() noexcept { return detector_; }
   [[nodiscard]] const state_type& state(std::size_t id) const { return states_.at(id); }
 
-  /// The whole state (compressor states, detector, counters, telemetry) as checkpoint bytes.
+  /// The whole state (compressor states, detector, counters, telemetry) as checkpoint bytes of
+  /// rank `at` (a Collective, or rank_place{rank, world}): they restore only at the same place.
   // (clang-format-14 would join the requires clause to the declaration)
   // clang-format off
-  [[nodiscard]] std::vector<std::byte> checkpoint() const
+  [[nodiscard]] std::vector<std::byte> checkpoint(rank_place at) const
     requires CheckpointedCompressor<C> && CheckpointedDetector<D>
   {
     // clang-format on
     checkpoint_writer w;
     w.put(file_magic);
     w.put(file_version);
-    w.put<std::uint64_t>(hash_);
+    w.put<std::uint64_t>(at.rank());
+    w.put<std::uint64_t>(at.size());
     w.put<std::uint64_t>(layers_.size());
+    for (const layer_info& l : layers_) {
+      w.put_string(l.name);
+      w.put<std::uint64_t>(l.shape.rank());
+      for (std::size_t d = 0; d < l.shape.rank(); ++d) w.put<std::uint64_t>(l.shape[d]);
+    }
     w.put(steps_);
     w.put(epoch_);
     w.put(level_change_);
@@ -227,23 +236,58 @@ public:
     return {w.bytes().begin(), w.bytes().end()};
   }
 
-  /// Writes checkpoint() to `path` atomically: a crash during the save leaves the previous file.
-  void save(const std::filesystem::path& path) const { write_file_atomically(path, checkpoint()); }
+  /// The file of rank `rank` in a checkpoint directory: `<dir>/rank<rank>.ckpt`.
+  [[nodiscard]] static std::filesystem::path checkpoint_file(const std::filesystem::path& dir, std::size_t rank) {
+    return dir / ("rank" + std::to_string(rank) + ".ckpt");
+  }
 
-  /// Restores a state written by save() for the same layers.
-  void load(const std::filesystem::path& path) {
+  /// Writes checkpoint(at) to checkpoint_file(dir, at.rank()), creating `dir` if needed, atomically:
+  /// a crash during the save leaves the previous file. Every rank saves its own file.
+  void save(const std::filesystem::path& dir, rank_place at) const {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) fail("synchronizer: cannot create the checkpoint directory ", dir, ": ", ec.message());
+    write_file_atomically(checkpoint_file(dir, at.rank()), checkpoint(at));
+  }
+
+  /// Restores this rank's file of a checkpoint directory that save() wrote at the same world
+  /// size. Register every layer first. Raises bellows::wire_error, changing nothing, for a file
+  /// of another rank, world size or other layers.
+  void load(const std::filesystem::path& dir, rank_place at) { load_file(checkpoint_file(dir, at.rank()), at, false); }
+
+  /// The elastic restart, at any world size: restores rank 0's file of the directory, keeping
+  /// its levels, detector, counters and telemetry, but starts every layer's compressor state
+  /// fresh, as a level_change::reset switch does (memory zero, PowerSGD's query drawn anew;
+  /// the step counter carries over). Every new rank reads the same file.
+  void load_elastic(const std::filesystem::path& dir, rank_place at) { load_file(checkpoint_file(dir, 0), at, true); }
+
+  /// Restores checkpoint() bytes of rank `at`. They are validated completely first: bytes of
+  /// another rank or world size, of another version, for other layers, or truncated raise
+  /// bellows::wire_error and change nothing. Files of versions 2 and 3 record no rank, and load
+  /// unchecked.
+  void restore(std::span<const std::byte> bytes, rank_place at) { read_checkpoint(bytes, at, false); }
+
+  /// restore() for the elastic restart (load_elastic): bytes of any rank and world size; every
+  /// layer's compressor state starts fresh.
+  void restore_elastic(std::span<const std::byte> bytes, rank_place at) { read_checkpoint(bytes, at, true); }
+
+private:
+  static constexpr std::uint32_t file_magic = 0x43574C42u;  // "BLWC"
+  // 2: Accordion's sums in float; 3: the level-change option (a version-2 file reads as keep);
+  // 4: the rank, the world size, and the layers' names and shapes instead of their hash
+  static constexpr std::uint32_t file_version = 4;
+
+  void load_file(const std::filesystem::path& file, rank_place at, bool elastic) {
     try {
-      restore(read_file(path));
+      read_checkpoint(read_file(file), at, elastic);
     } catch (const wire_error& e) {
-      fail<wire_error>(path.string(), ": ", e.what());
+      fail<wire_error>(file.string(), ": ", e.what());
     }
   }
 
-  /// Restores checkpoint() bytes. They are validated completely first: bytes of another version,
-  /// for other layers, or truncated raise bellows::wire_error and change nothing.
   // (clang-format-14 would join the requires clause to the declaration)
   // clang-format off
-  void restore(std::span<const std::byte> bytes)
+  void read_checkpoint(std::span<const std::byte> bytes, rank_place at, bool elastic)
     requires CheckpointedCompressor<C> && CheckpointedDetector<D>
   {
     // clang-format on
@@ -251,10 +295,21 @@ public:
     if (r.get<std::uint32_t>("magic") != file_magic)
       fail<wire_error>("synchronizer: not a bellows checkpoint (bad magic)");
     const auto version = r.get<std::uint32_t>("version");
-    if (version != file_version && version != 2)
-      fail<wire_error>("synchronizer: checkpoint version ", version, ", this build reads 2 and ", file_version);
-    if (r.get<std::uint64_t>("layer hash") != hash_ || r.get<std::uint64_t>("layer count") != layers_.size())
-      fail<wire_error>("synchronizer: checkpoint saved for other layers (names or shapes differ)");
+    if (version < 2 || version > file_version)
+      fail<wire_error>("synchronizer: checkpoint version ", version, ", this build reads 2 to ", file_version);
+    if (version >= 4) {
+      const auto rank = r.get<std::uint64_t>("rank"), world = r.get<std::uint64_t>("world size");
+      if (!elastic && (rank != at.rank() || world != at.size()))
+        fail<wire_error>("synchronizer: the checkpoint is rank ", rank, "'s of ", world, " ranks, this is rank ",
+                         at.rank(), " of ", at.size(),
+                         "; each rank loads its own file (load_elastic restarts at another world size)");
+      check_saved_layers(r);
+    } else if (r.get<std::uint64_t>("layer hash") != hash_ || r.get<std::uint64_t>("layer count") != layers_.size()) {
+      fail<wire_error>("synchronizer: checkpoint (version ", version,
+                       ", which records no layer names) saved for other layers than the ", layers_.size(),
+                       " registered here (names, shapes or count differ)",
+                       layers_.empty() ? "; register every layer (add_layer) before load" : "");
+    }
     // Restore into copies (fresh states: a load replaces all of a state), and commit only when
     // everything has been read. The detector loads in place and is put back from its own
     // record if anything after that fails.
@@ -280,6 +335,11 @@ public:
       t.sent = r.get<traffic>("layer traffic");
       states.push_back(critical_.make_state(layers_[id]));
       critical_.load(states.back(), r);
+      if (elastic) {  // another rank's memory is no use here: the fresh state of the layer's level
+        state_type fresh = (t.level == regime::critical ? critical_ : normal_).make_state(layers_[id]);
+        fresh.step = states.back().step;
+        states.back() = std::move(fresh);
+      }
     }
     checkpoint_writer before;
     detector_.save(before);
@@ -303,10 +363,43 @@ public:
     epoch_ = epoch;
   }
 
-private:
-  static constexpr std::uint32_t file_magic = 0x43574C42u;  // "BLWC"
-  // 2: Accordion's sums in float; 3: the level-change option (a version-2 file reads as keep)
-  static constexpr std::uint32_t file_version = 3;
+  /// Reads the layer list of a version-4 checkpoint and raises wire_error naming the first layer
+  /// that differs from the registered ones (both names and shapes), or the counts.
+  void check_saved_layers(checkpoint_reader& r) const {
+    const auto count = r.get<std::uint64_t>("layer count");
+    auto saved_layer = [&r]() {
+      layer_info l;
+      l.name = r.get_string("layer name");
+      const auto dims = r.get<std::uint64_t>("layer dimensions");
+      if (dims > shape::max_dims) fail<wire_error>("checkpoint: layer '", l.name, "' has ", dims, " dimensions");
+      std::size_t elements = 1;
+      for (std::uint64_t d = 0; d < dims; ++d) {
+        const auto extent = r.get<std::uint64_t>("layer dimension");
+        elements = detail::saturating_mul(elements, extent);
+        if (elements == std::numeric_limits<std::size_t>::max())
+          fail<wire_error>("checkpoint: layer '", l.name, "' has more elements than a size holds");
+        l.shape.push_back(extent);
+      }
+      return l;
+    };
+    auto describe = [](const layer_info& l) { return detail::concat("'", l.name, "' of shape ", l.shape.to_string()); };
+    const std::size_t common = std::min<std::uint64_t>(count, layers_.size());
+    for (std::size_t id = 0; id < common; ++id) {
+      const layer_info saved = saved_layer();
+      if (saved.name != layers_[id].name || saved.shape != layers_[id].shape)
+        fail<wire_error>("synchronizer: checkpoint saved for other layers: layer ", id, " is ", describe(saved),
+                         " in the file, ", describe(layers_[id]), " here");
+    }
+    if (count == layers_.size()) return;
+    if (layers_.empty())
+      fail<wire_error>("synchronizer: the checkpoint holds ", count,
+                       " layers and none is registered here; register every layer (add_layer) before load");
+    if (count > layers_.size())
+      fail<wire_error>("synchronizer: the checkpoint holds ", count, " layers, ", layers_.size(),
+                       " are registered here; the first missing here is ", describe(saved_layer()));
+    fail<wire_error>("synchronizer: the checkpoint holds ", count, " layers, ", layers_.size(),
+                     " are registered here; the first not in the file is ", describe(layers_[count]));
+  }
 
   [[nodiscard]] bool observing(std::size_t id) const {
     if constexpr (ObservingDetector<D>)
@@ -330,25 +423,49 @@ private:
     return flags_.host(*exec_, flags_host_);
   }
 
-  /// Every rank registered the same layers: one allreduce of 16 floats carrying the bytes b of a
-  /// hash of the names and shapes and their squares; the sum of squares equals (sum)^2 / W for
-  /// every byte exactly when all ranks hold the same bytes, and every rank computes the same
-  /// verdict from the same sums. Sums stay exact in float for up to 256 ranks.
+  /// Every rank registered the same layers: one allreduce of the bytes b of the layer count and
+  /// of a hash of the names and shapes, each beside its square; the sum of squares equals
+  /// (sum)^2 / W for every byte exactly when all ranks hold the same bytes, and every rank
+  /// computes the same verdict from the same sums (exact in float for up to 256 ranks). When
+  /// the counts agree but the hashes do not, a second allreduce of one such hash per layer finds
+  /// the first layer that differs, which each rank names as it has it.
   template <Collective Coll>
   void verify_layers(Coll& coll) {
-    float sums[16];
-    for (int b = 0; b < 8; ++b) {
-      const auto byte = static_cast<float>((hash_ >> (8 * b)) & 0xFF);
-      sums[b] = byte;
-      sums[8 + b] = byte * byte;
-    }
-    coll.allreduce_sum(std::span<float>(sums, 16));
+    std::vector<float> sums(24);  // the first step only
+    put_byte_sums(sums, 0, hash_, 8);
+    put_byte_sums(sums, 16, layers_.size(), 4);
+    coll.allreduce_sum(std::span<float>(sums));
     const double w = static_cast<double>(coll.size());
-    for (int b = 0; b < 8; ++b)
-      if (double{sums[b]} * sums[b] != w * sums[8 + b])
-        fail("synchronizer: the ranks registered different layers (names, shapes or order "
-             "differ); this rank has ",
-             layers_.size(), " layers, the last '", layers_.empty() ? std::string() : layers_.back().name, "'");
+    if (!same_bytes(sums, 16, 4, w)) {
+      double mean = 0;
+      for (int b = 3; b >= 0; --b) mean = mean * 256 + sums[16 + b] / w;
+      fail("synchronizer: the ranks registered different numbers of layers: this rank ", layers_.size(),
+           ", the mean over the ", coll.size(), " ranks ", mean);
+    }
+    if (same_bytes(sums, 0, 8, w)) return;
+    sums.assign(16 * layers_.size(), 0.0f);
+    for (std::size_t id = 0; id < layers_.size(); ++id) put_byte_sums(sums, 16 * id, mix(offset_basis, layers_[id]), 8);
+    coll.allreduce_sum(std::span<float>(sums));
+    for (std::size_t id = 0; id < layers_.size(); ++id)
+      if (!same_bytes(sums, 16 * id, 8, w))
+        fail("synchronizer: the ranks registered different layers: layer ", id,
+             " differs between ranks; this rank has '", layers_[id].name, "' of shape ", layers_[id].shape.to_string());
+    fail("synchronizer: the ranks registered different layers, in an order that no single layer shows");
+  }
+
+  /// sums[at + b] = byte b of v, sums[at + bytes + b] = its square, for b < bytes.
+  static void put_byte_sums(std::span<float> sums, std::size_t at, std::uint64_t v, int bytes) {
+    for (int b = 0; b < bytes; ++b) {
+      const auto byte = static_cast<float>((v >> (8 * b)) & 0xFF);
+      sums[at + b] = byte;
+      sums[at + bytes + b] = byte * byte;
+    }
+  }
+  /// Whether put_byte_sums' entries at `at`, summed over `w` ranks, came from equal bytes.
+  static bool same_bytes(std::span<const float> sums, std::size_t at, int bytes, double w) {
+    for (int b = 0; b < bytes; ++b)
+      if (double{sums[at + b]} * sums[at + b] != w * sums[at + bytes + b]) return false;
+    return true;
   }
 
   /// FNV-1a over a layer's name and dimensions, chained.
@@ -371,7 +488,8 @@ private:
   std::vector<step_status> statuses_;
   float_array_for<Exec> flags_, norms_;         // one per layer: the finiteness vote, the measured norms
   std::vector<float> flags_host_, norms_host_;  // their host copies (used on the device)
-  std::uint64_t hash_ = 0xCBF29CE484222325ULL;
+  static constexpr std::uint64_t offset_basis = 0xCBF29CE484222325ULL;  // FNV-1a's
+  std::uint64_t hash_ = offset_basis;
   std::uint64_t steps_ = 0, epoch_ = 0;
   bool measure_norms_ = false;
   level_change level_change_ = level_change::keep;

@@ -116,11 +116,12 @@ struct layer_runner {
   [[nodiscard]] virtual bellows::layer_telemetry telemetry() const = 0;
   /// PowerSGD only: the query Q (m x r column-major, as r rows of m); empty otherwise.
   [[nodiscard]] virtual std::vector<float> query(std::size_t& columns) const = 0;
-  /// The synchronizer's checkpoint bytes (compressor state, detector, counters, telemetry).
-  [[nodiscard]] virtual std::vector<std::byte> checkpoint() const = 0;
-  /// Restores checkpoint() bytes of a runner of the same configuration, name and shape; raises
-  /// bellows::wire_error and changes nothing otherwise.
-  virtual void restore(std::span<const std::byte> bytes) = 0;
+  /// The synchronizer's checkpoint bytes (compressor state, detector, counters, telemetry) of
+  /// this rank of the group.
+  [[nodiscard]] virtual std::vector<std::byte> checkpoint(bellows::rank_place at) const = 0;
+  /// Restores checkpoint() bytes of a runner of the same configuration, name, shape and place;
+  /// raises bellows::wire_error and changes nothing otherwise.
+  virtual void restore(std::span<const std::byte> bytes, bellows::rank_place at) = 0;
 };
 
 template <class C, class D>
@@ -151,8 +152,10 @@ public:
     }
     return {};
   }
-  [[nodiscard]] std::vector<std::byte> checkpoint() const override { return sync_.checkpoint(); }
-  void restore(std::span<const std::byte> bytes) override { sync_.restore(bytes); }
+  [[nodiscard]] std::vector<std::byte> checkpoint(bellows::rank_place at) const override {
+    return sync_.checkpoint(at);
+  }
+  void restore(std::span<const std::byte> bytes, bellows::rank_place at) override { sync_.restore(bytes, at); }
 
 private:
   bellows::synchronizer<C, D> sync_;
@@ -314,7 +317,7 @@ public:
   [[nodiscard]] py::dict state() const {
     py::dict out;
     for (const auto& [name, e] : layers_) {
-      const std::vector<std::byte> bytes = e.runner->checkpoint();
+      const std::vector<std::byte> bytes = e.runner->checkpoint(coll_);
       at::Tensor t = at::empty({static_cast<std::int64_t>(bytes.size())}, at::kByte);
       if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
       out[py::str(name)] = py::make_tuple(e.sizes, t);
@@ -333,7 +336,8 @@ public:
                   "bellows_torch: the state of '", name, "' is not a flat uint8 tensor");
       entry e{sizes, make_runner(cfg_, *exec_, name, shape_of(sizes)), {}};
       try {
-        e.runner->restore({static_cast<const std::byte*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel())});
+        e.runner->restore({static_cast<const std::byte*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel())},
+                          coll_);
       } catch (const bellows::error& err) {
         bellows::fail("bellows_torch: the saved state of '", name, "' does not fit this State: ", err.what());
       }
