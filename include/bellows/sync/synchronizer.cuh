@@ -7,7 +7,7 @@
 // What a step waits for on the host: each compressor's reduce waits once (its verdicts, or its
 // flag), so L waits for L layers; in an epoch the detector observes, the finiteness vote adds one
 // (the L flags read back after their allreduce); measure_gradient_norms(true) adds one (the L
-// norms read back). The first step also allreduces 16 host floats (the layer agreement), which
+// norms read back). The first step also allreduces 24 host floats (the layer agreement), which
 // collectives::nccl stages through device memory. Nothing on the step allocates after the first.
 #pragma once
 
