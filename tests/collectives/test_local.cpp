@@ -27,11 +27,19 @@ std::vector<float> rank_data(std::size_t rank, std::size_t n) {
 using clock_type = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
+/// Returns once all `w` threads have called it: a short timeout then measures the test's delays,
+/// not how long the threads took to start.
+void all_started(std::atomic<std::size_t>& started, std::size_t w) {
+  ++started;
+  while (started < w) std::this_thread::yield();
+}
+
 /// One run of the group in which every rank sums rank + 1: true if every rank got the sum.
 bool sums_in_a_run(local_group& group) {
   const std::size_t w = group.size();
-  std::atomic<std::size_t> right{0};
+  std::atomic<std::size_t> right{0}, started{0};
   group.run([&](local& c) {
+    all_started(started, w);
     std::vector<float> x(5, static_cast<float>(c.rank() + 1));
     c.allreduce_sum(x);
     if (x == std::vector<float>(5, static_cast<float>(w * (w + 1) / 2))) ++right;
@@ -352,7 +360,9 @@ TEST_CASE("local: a rank later than the timeout makes the others raise, naming i
   local_group group(4, 50ms);
   messages caught;
   std::atomic<long long> waited_ms[2] = {-1, -1};  // ranks 0 and 1, in the second allreduce
+  std::atomic<std::size_t> started{0};
   CHECK_THROWS_WITH_AS(group.run([&](local& c) {
+    all_started(started, 4);
     std::vector<float> x(4, 1.0f);
     c.allreduce_sum(x);
     if (c.rank() >= 2) std::this_thread::sleep_for(300ms);
@@ -378,7 +388,9 @@ TEST_CASE("local: a rank later than the timeout makes the others raise, naming i
   CHECK(sums_in_a_run(group));
 
   // One late rank, in an allgather.
+  started = 0;
   CHECK_THROWS_WITH_AS(group.run([&](local& c) {
+    all_started(started, 4);
     if (c.rank() == 1) std::this_thread::sleep_for(200ms);
     bellows::gather_buffer out;
     c.allgather({}, out);

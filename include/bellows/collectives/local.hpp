@@ -50,7 +50,8 @@ public:
   [[nodiscard]] std::size_t size() const noexcept { return workers_; }
 
   /// The handle of worker `rank`, for callers that start the threads themselves. Destroying it
-  /// leaves the group: keep it for as long as the worker takes part.
+  /// leaves the group: keep it for as long as the worker takes part. A rank that left stays gone
+  /// until every rank has left.
   [[nodiscard]] local member(std::size_t rank);
 
   /// Runs fn(local&) on `size()` new threads, one per rank, and waits for all. If any worker
@@ -190,8 +191,8 @@ private:
   const char* first_gone_how_ = "";
 };
 
-/// One worker's view of a local_group; a Collective. Move-only: destroying it (not a moved-from
-/// one) leaves the group.
+/// One worker's view of a local_group; a Collective. Move-only: destroying it leaves the group;
+/// a moved-from one leaves nothing and may only be destroyed.
 class local {
 public:
   local(local&& other) noexcept
