@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bellows/concepts.hpp"
@@ -23,24 +25,39 @@ class local;
 
 /// A group of W workers that exchange through shared memory. Each worker holds a `local`
 /// (from `member(rank)`, or handed to it by `run`). Sums are taken in rank order, so every rank
-/// gets the same bits, run after run. When a worker fails, `abort` makes every operation of every
-/// other worker, waiting or future, throw bellows::collective_error instead of hanging.
+/// gets the same bits, run after run. No worker waits forever in an operation:
+///  - when a worker fails, `abort` makes every operation of every other worker, waiting or
+///    future, throw bellows::collective_error;
+///  - a worker leaves the group when its `local` is destroyed (in `run`: when its function
+///    returns); an operation that waits for it, or begins after it left, throws
+///    collective_error naming it. Once every worker has left, the group starts afresh;
+///  - with a timeout, a worker that waits longer than that for the others to arrive in an
+///    operation aborts the group, naming the workers that had not arrived.
 class local_group {
 public:
-  explicit local_group(std::size_t workers) : workers_(workers), posts_(workers) {
+  explicit local_group(std::size_t workers) : workers_(workers), posts_(workers), arrived_in_(workers), gone_(workers) {
     BELLOWS_EXPECTS(workers >= 1, "local_group: at least one worker, got ", workers);
+  }
+  /// As above, and a worker that waits more than `timeout` for the others to arrive in an
+  /// operation aborts the group.
+  local_group(std::size_t workers, std::chrono::milliseconds timeout) : local_group(workers) {
+    BELLOWS_EXPECTS(timeout.count() > 0, "local_group: the timeout must be positive, got ", timeout.count(), " ms");
+    timeout_ = timeout;
   }
   local_group(const local_group&) = delete;
   local_group& operator=(const local_group&) = delete;
 
   [[nodiscard]] std::size_t size() const noexcept { return workers_; }
 
-  /// The handle of worker `rank`, for callers that start the threads themselves.
+  /// The handle of worker `rank`, for callers that start the threads themselves. Destroying it
+  /// leaves the group: keep it for as long as the worker takes part. A rank that left stays gone
+  /// until every rank has left.
   [[nodiscard]] local member(std::size_t rank);
 
   /// Runs fn(local&) on `size()` new threads, one per rank, and waits for all. If any worker
   /// throws, the group is aborted (the others' operations throw) and the first exception is
-  /// rethrown here once every thread has ended. The group is reset before the run.
+  /// rethrown here once every thread has ended. A worker whose function returns leaves the
+  /// group. The group is reset before the run.
   template <class Fn>
   void run(Fn&& fn);
 
@@ -64,21 +81,68 @@ private:
     std::size_t bytes = 0;
     std::size_t root = 0;
   };
+  /// The two barriers of an operation: every rank has posted (arrival), every rank is done with
+  /// the others' buffers (completion). Only the first may time out: past it, the others may be
+  /// reading or writing this rank's buffers, which must live until they are done.
+  enum class barrier : unsigned char { arrival, completion };
 
   void reset() {
     std::lock_guard lock(mutex_);
+    reset_locked();
+  }
+
+  void reset_locked() {
     aborted_ = false;
     why_.clear();
     arrived_ = 0;
+    ++generation_;  // no rank has arrived in the next barrier, whatever arrived_in_ holds
+    left_ = 0;
+    std::fill(gone_.begin(), gone_.end(), false);
   }
 
-  [[noreturn]] void throw_aborted() const {
-    fail<collective_error>("local collective: the group was aborted (", why_, ")");
+  /// Rank `rank` leaves (`how`: why, for the others' errors); the last to leave resets the group.
+  void leave(std::size_t rank, const char* how) {
+    {
+      std::lock_guard lock(mutex_);
+      if (gone_[rank]) return;
+      if (++left_ == workers_) {
+        reset_locked();
+        return;
+      }
+      gone_[rank] = true;
+      if (left_ == 1) {
+        first_gone_ = rank;
+        first_gone_how_ = how;
+      }
+    }
+    cv_.notify_all();
   }
 
-  void wait_all() {
+  /// Rank `rank` cannot go on in operation `name`: the group was aborted, or a rank left.
+  [[noreturn]] void fail_waiting(std::size_t rank, const char* name) const {
+    if (aborted_) fail<collective_error>("local collective: the group was aborted (", why_, ")");
+    fail<collective_error>("local collective: rank ", first_gone_, " left the group (", first_gone_how_,
+                           ") while rank ", rank, " waits in ", name);
+  }
+
+  /// Rank `rank` waited `timeout_` in generation `gen`'s arrival: aborts naming the absent ranks.
+  [[noreturn]] void time_out(std::size_t rank, const char* name, std::size_t gen) {
+    std::string absent;
+    std::size_t count = 0;
+    for (std::size_t r = 0; r < workers_; ++r) {
+      if (arrived_in_[r] == gen) continue;
+      absent += detail::concat(count++ == 0 ? "" : ", ", r);
+    }
+    aborted_ = true;
+    why_ = detail::concat(name, " timed out after ", timeout_.count(), " ms: ", count == 1 ? "rank " : "ranks ", absent,
+                          " had not arrived (rank ", rank, " waited)");
+    cv_.notify_all();
+    fail_waiting(rank, name);
+  }
+
+  void wait_all(std::size_t rank, const char* name, barrier which) {
     std::unique_lock lock(mutex_);
-    if (aborted_) throw_aborted();
+    if (aborted_ || left_ != 0) fail_waiting(rank, name);
     const std::size_t gen = generation_;
     if (++arrived_ == workers_) {
       arrived_ = 0;
@@ -86,8 +150,16 @@ private:
       cv_.notify_all();
       return;
     }
-    cv_.wait(lock, [&] { return generation_ != gen || aborted_; });
-    if (generation_ == gen) throw_aborted();
+    arrived_in_[rank] = gen;
+    // A rank that left after this barrier released everyone does not fail the others: the
+    // generation is checked first.
+    const auto released = [&] { return generation_ != gen || aborted_ || left_ != 0; };
+    if (which == barrier::arrival && timeout_.count() > 0) {
+      if (!cv_.wait_for(lock, timeout_, released)) time_out(rank, name, gen);
+    } else {
+      cv_.wait(lock, released);
+    }
+    if (generation_ == gen) fail_waiting(rank, name);
   }
 
   /// After the first barrier: every rank checks that all posted the same operation and length.
@@ -104,25 +176,42 @@ private:
   }
 
   std::size_t workers_;
+  std::chrono::milliseconds timeout_{0};  // zero: no limit
   std::vector<post> posts_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::size_t arrived_ = 0;
-  std::size_t generation_ = 0;
+  std::size_t generation_ = 1;
+  std::vector<std::size_t> arrived_in_;  // per rank: the generation it last arrived in (0: none)
   bool aborted_ = false;
   std::string why_;
+  std::size_t left_ = 0;    // how many ranks have left
+  std::vector<bool> gone_;  // per rank: has it left
+  std::size_t first_gone_ = 0;
+  const char* first_gone_how_ = "";
 };
 
-/// One worker's view of a local_group; a Collective.
+/// One worker's view of a local_group; a Collective. Move-only: destroying it leaves the group;
+/// a moved-from one leaves nothing and may only be destroyed.
 class local {
 public:
+  local(local&& other) noexcept
+      : group_(std::exchange(other.group_, nullptr)), rank_(other.rank_), how_(other.how_),
+        sizes_(std::move(other.sizes_)) {}
+  local(const local&) = delete;
+  local& operator=(const local&) = delete;
+  local& operator=(local&&) = delete;
+  ~local() {
+    if (group_ != nullptr) group_->leave(rank_, how_);
+  }
+
   [[nodiscard]] std::size_t rank() const noexcept { return rank_; }
   [[nodiscard]] std::size_t size() const noexcept { return group_->workers_; }
 
   void allreduce_sum(std::span<float> v) {
     local_group& g = *group_;
     g.posts_[rank_] = {local_group::op::allreduce, v.data(), v.size_bytes(), 0};
-    g.wait_all();
+    g.wait_all(rank_, "allreduce_sum", local_group::barrier::arrival);
     g.check_posts(local_group::op::allreduce, true, "allreduce_sum");
     // Rank r owns a slice of the elements: it sums them in rank order into rank 0's buffer,
     // then copies the sums to the others. Nobody else touches that slice in between.
@@ -134,13 +223,13 @@ public:
       for (std::size_t i = lo; i < hi; ++i) acc[i] += x[i];
     }
     for (std::size_t r = 1; r < w; ++r) std::copy(acc + lo, acc + hi, static_cast<float*>(g.posts_[r].data) + lo);
-    g.wait_all();
+    g.wait_all(rank_, "allreduce_sum", local_group::barrier::completion);
   }
 
   void allgather(std::span<const std::byte> mine, gather_buffer& out) {
     local_group& g = *group_;
     g.posts_[rank_] = {local_group::op::allgather, const_cast<std::byte*>(mine.data()), mine.size(), 0};
-    g.wait_all();
+    g.wait_all(rank_, "allgather", local_group::barrier::arrival);
     g.check_posts(local_group::op::allgather, false, "allgather");
     sizes_.resize(g.workers_);
     for (std::size_t r = 0; r < g.workers_; ++r) sizes_[r] = g.posts_[r].bytes;
@@ -148,7 +237,7 @@ public:
     for (std::size_t r = 0; r < g.workers_; ++r) {
       if (sizes_[r] != 0) std::memcpy(out.block(r).data(), g.posts_[r].data, sizes_[r]);
     }
-    g.wait_all();
+    g.wait_all(rank_, "allgather", local_group::barrier::completion);
   }
 
   /// Every rank's `data` becomes rank `root`'s; all ranks pass the same length.
@@ -156,18 +245,19 @@ public:
     local_group& g = *group_;
     BELLOWS_EXPECTS(root < g.workers_, "broadcast: root ", root, " of ", g.workers_, " ranks");
     g.posts_[rank_] = {local_group::op::broadcast, data.data(), data.size(), root};
-    g.wait_all();
+    g.wait_all(rank_, "broadcast", local_group::barrier::arrival);
     g.check_posts(local_group::op::broadcast, true, "broadcast");
     if (rank_ != root && !data.empty()) std::memcpy(data.data(), g.posts_[root].data, data.size());
-    g.wait_all();
+    g.wait_all(rank_, "broadcast", local_group::barrier::completion);
   }
 
 private:
   friend class local_group;
-  local(local_group& g, std::size_t rank) : group_(&g), rank_(rank) {}
+  local(local_group& g, std::size_t rank, const char* how) : group_(&g), rank_(rank), how_(how) {}
 
   local_group* group_;
   std::size_t rank_;
+  const char* how_;  // how it left, for the others' errors
   std::vector<std::size_t> sizes_;
 };
 
@@ -175,7 +265,7 @@ static_assert(Collective<local>, "the local collective must model Collective");
 
 inline local local_group::member(std::size_t rank) {
   BELLOWS_EXPECTS(rank < workers_, "local_group: rank ", rank, " of ", workers_, " workers");
-  return local(*this, rank);
+  return local(*this, rank, "its local was destroyed");
 }
 
 template <class Fn>
@@ -186,8 +276,9 @@ void local_group::run(Fn&& fn) {
   threads.reserve(workers_);
   for (std::size_t r = 0; r < workers_; ++r) {
     threads.emplace_back([this, r, &fn, &errors] {
+      // Declared outside the try: a worker that throws aborts the group before it leaves.
+      local self(*this, r, "its function returned");
       try {
-        local self = member(r);
         fn(self);
       } catch (const std::exception& e) {
         errors[r] = std::current_exception();
