@@ -10,6 +10,8 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "../support/allocation_counter.hpp"
@@ -362,6 +364,22 @@ TEST_CASE("accordion: bad configuration raises bellows::error naming the value")
   CHECK_THROWS_WITH_AS(accordion({.interval = 0}), doctest::Contains("interval must be at least 1 epoch, got 0"),
                        bellows::error);
   CHECK_NOTHROW(accordion({.eta = 2.0f, .interval = 1}));  // eta > 1 is legal: growth can exceed 1
+}
+
+TEST_CASE("accordion({}) takes the default parameters; braced parameters are not ambiguous either") {
+  static_assert(!std::is_default_constructible_v<accordion>,
+                "a default constructor would make accordion({}) ambiguous");
+  const accordion defaults({});
+  CHECK(defaults.params().eta == accordion_params{}.eta);
+  CHECK(defaults.params().interval == accordion_params{}.interval);
+  const accordion set({.eta = 0.25f});
+  CHECK(set.params().eta == 0.25f);
+  CHECK(set.params().interval == accordion_params{}.interval);
+}
+
+TEST_CASE("to_string(regime) names each regime") {
+  static_assert(std::string_view(bellows::to_string(regime::critical)) == "critical");
+  static_assert(std::string_view(bellows::to_string(regime::normal)) == "normal");
 }
 
 TEST_CASE("accordion: misuse raises bellows::error naming the layer and the value") {

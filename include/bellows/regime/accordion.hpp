@@ -64,7 +64,9 @@ namespace bellows {
 template <class Exec>
 class basic_accordion {
 public:
-  explicit basic_accordion(accordion_params params = {}, Exec& exec = Exec::shared())
+  /// `accordion({})` takes the default parameters. There is no default constructor: with one,
+  /// `{}` could also make a temporary accordion to copy, and `accordion({})` would be ambiguous.
+  explicit basic_accordion(accordion_params params, Exec& exec = Exec::shared())
       : params_(params), exec_(&exec), flag_(exec, 1) {
     params_.validate();
   }
