@@ -389,7 +389,8 @@ TEST_CASE("accordion: misuse raises bellows::error naming the layer and the valu
   d.add_layer({0, "fc1.weight", bellows::shape{2, 3}});
   CHECK_THROWS_WITH_AS(d.observe(0, std::vector<float>(5)),
                        doctest::Contains("'fc1.weight' of shape 2x3 has 6 elements, the gradient 5"), bellows::error);
-  CHECK_THROWS_WITH_AS(d.observe(1, std::vector<float>(6)), doctest::Contains("layer id 1 of 1"), bellows::error);
+  CHECK_THROWS_WITH_AS(d.observe(1, std::vector<float>(6)), doctest::Contains("unknown layer id 1 of 1"),
+                       bellows::error);
   recording_collective coll;
   CHECK_THROWS_WITH_AS(d.end_epoch(1, 0.1f, coll), doctest::Contains("end_epoch(1) while epoch 0"), bellows::error);
   CHECK_THROWS_WITH_AS(d.end_epoch(0, 0.0f, coll), doctest::Contains("learning rate"), bellows::error);
