@@ -6,11 +6,11 @@
 #include <string_view>
 #include <vector>
 
-#include "bellows/compressors/detail/sparse_params.hpp"
 #include "bellows/core/error.hpp"
 #include "bellows/core/method.hpp"
 #include "bellows/core/wire.hpp"
 #include "bellows/plan/feedback.hpp"
+#include "bellows/plan/kept.hpp"
 
 namespace bellows {
 

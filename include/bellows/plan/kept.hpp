@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The check of what top-k and rand-k parameters share: k, or the ratio that sets it
-// (docs/spec.md#k-from-a-ratio).
+// The check of what top-k and rand-k parameters share, on every backend: k, or the ratio that
+// sets it (docs/spec.md#k-from-a-ratio).
 #pragma once
 
 #include <cstdint>
