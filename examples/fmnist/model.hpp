@@ -156,7 +156,7 @@ public:
 
 private:
   [[nodiscard]] std::span<T> slice(std::vector<T>& v, std::size_t id) {
-    BELLOWS_EXPECTS(id < layers_.size(), "mlp: tensor ", id, " of ", layers_.size());
+    BELLOWS_EXPECTS(id < layers_.size(), "mlp: no tensor ", id, " in ", layers_.size());
     return std::span<T>(v).subspan(offsets_[id], offsets_[id + 1] - offsets_[id]);
   }
 

@@ -40,6 +40,15 @@ def model():
                          nn.ReLU(), nn.Linear(32, 10))
 
 
+def refusal(rank, options):
+    """The message State(**options) raises."""
+    try:
+        bellows_torch.State(overlap=False, **options)
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
 def train(rank, name):
     recorder = dist_util.recorder()
     dist._DEFAULT_FIRST_BUCKET_BYTES = 4000  # DDP's first bucket, 1 MiB by default, held them all
@@ -120,6 +129,12 @@ class HookMatchesDirect(unittest.TestCase):
         for name in LISTED:
             with self.subTest(name):
                 self.check(name)
+
+    def test_a_bad_level_is_refused_naming_the_argument(self):
+        self.assertEqual(dist_util.run(refusal, dict(compressor="topk", low=1.5)),
+                         "bellows_torch: low=1.5: topk: ratio must be in (0, 1], got 1.5")
+        self.assertEqual(dist_util.run(refusal, dict(compressor="powersgd", low=4, high=0, accordion=True)),
+                         "bellows_torch: high=0: powersgd: rank must be >= 1, got 0")
 
 
 if __name__ == "__main__":

@@ -428,6 +428,8 @@ TEST_CASE("powersgd: bad configuration raises bellows::error naming the value") 
                        bellows::error);
   CHECK_THROWS_WITH_AS(bellows::powersgd<>({.orthogonalization_eps = std::numeric_limits<float>::quiet_NaN()}),
                        doctest::Contains("got nan"), bellows::error);
+  CHECK_THROWS_WITH_AS(bellows::powersgd<>({.feedback = static_cast<bellows::feedback>(9)}),
+                       "powersgd: feedback must be none, residual or scaled, got the value 9", bellows::error);
   bellows::powersgd<> c({.rank = 2});
   auto st = c.make_state({0, "fc.weight", bellows::shape{50, 40}});
   CHECK_THROWS_WITH_AS(c.set_rank(st, 0), doctest::Contains("fc.weight"), bellows::error);

@@ -218,6 +218,10 @@ TEST_CASE("qsgd: bad configuration raises bellows::error naming the value") {
   CHECK_THROWS_WITH_AS(bellows::qsgd<>({.bucket = 0}), doctest::Contains("got 0"), bellows::error);
   CHECK_THROWS_WITH_AS(bellows::qsgd<>({.bucket = std::size_t{1} << 24}), doctest::Contains("16777216"),
                        bellows::error);
+  CHECK_THROWS_WITH_AS(bellows::qsgd<>({.norm = static_cast<bellows::qsgd_norm>(4)}),
+                       "qsgd: norm must be l2 or max_abs, got the value 4", bellows::error);
+  CHECK_THROWS_WITH_AS(bellows::qsgd<>({.feedback = static_cast<bellows::feedback>(9)}),
+                       "qsgd: feedback must be none, residual or scaled, got the value 9", bellows::error);
   const bellows::qsgd<> c;
   auto st = c.make_state({0, "head.weight", bellows::shape{4, 4}});
   std::vector<float> x(15);

@@ -191,22 +191,32 @@ TEST_CASE("topk: a malformed payload raises wire_error and leaves the output unt
   CHECK(c.decode_add(st, good, acc) == bellows::step_status::ok);
 }
 
-TEST_CASE("topk: bad configuration raises bellows::error naming the layer and the value") {
+TEST_CASE("topk: each bad parameter is refused at construction, naming the parameter and the value") {
   bellows::cpu::executor exec(1);
-  const bellows::layer_info layer{0, "conv1.weight", bellows::shape{64, 3, 3, 3}};
   struct bad_case {
     bellows::topk_params params;
-    const char* value;
+    const char* says;
   };
-  for (const bad_case& b :
-       {bad_case{{.ratio = 0.0}, "got 0"}, bad_case{{.ratio = 1.5}, "1.5"}, bad_case{{.ratio = -0.25}, "-0.25"},
-        bad_case{{.ratio = std::nan("")}, "nan"}, bad_case{{.k = -3}, "-3"}}) {
-    CAPTURE(b.value);
-    const bellows::topk<> c(b.params, exec);
-    CHECK_THROWS_WITH_AS((void)c.make_state(layer), doctest::Contains(b.value), bellows::error);
-    CHECK_THROWS_WITH_AS((void)c.make_state(layer), doctest::Contains("conv1.weight"), bellows::error);
+  for (const bad_case& b : {
+           bad_case{{.ratio = 0.0}, "topk: ratio must be in (0, 1], got 0"},
+           bad_case{{.ratio = 1.5}, "topk: ratio must be in (0, 1], got 1.5"},
+           bad_case{{.ratio = -0.25}, "topk: ratio must be in (0, 1], got -0.25"},
+           bad_case{{.ratio = std::nan("")}, "topk: ratio must be in (0, 1], got nan"},
+           bad_case{{.k = -3}, "topk: k must not be negative, got -3"},
+           bad_case{{.mode = static_cast<bellows::topk_mode>(7)},
+                    "topk: mode must be exact or approximate, got the value 7"},
+           bad_case{{.feedback = static_cast<bellows::feedback>(9)},
+                    "topk: feedback must be none, residual or scaled, got the value 9"},
+       }) {
+    CAPTURE(b.says);
+    CHECK_THROWS_WITH_AS(bellows::topk<>(b.params, exec), b.says, bellows::error);
   }
-  // A buffer of another length names the layer too.
+  CHECK_NOTHROW(bellows::topk<>({.ratio = 0.0, .k = 5}, exec));  // a k > 0 sets aside the ratio
+}
+
+TEST_CASE("topk: a buffer of another length than the layer is refused, naming the layer") {
+  bellows::cpu::executor exec(1);
+  const bellows::layer_info layer{0, "conv1.weight", bellows::shape{64, 3, 3, 3}};
   bellows::topk<> c({}, exec);
   auto st = c.make_state(layer);
   std::vector<float> x(10);

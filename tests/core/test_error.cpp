@@ -10,17 +10,10 @@ TEST_CASE("BELLOWS_EXPECTS passes silently when the condition holds") {
   CHECK_NOTHROW(BELLOWS_EXPECTS(ratio > 0 && ratio <= 1, "ratio ", ratio));
 }
 
-TEST_CASE("BELLOWS_EXPECTS names what was wrong and the failed condition") {
+TEST_CASE("BELLOWS_EXPECTS raises its message alone, without the condition") {
   const double ratio = 1.5;
-  try {
-    BELLOWS_EXPECTS(ratio > 0 && ratio <= 1, "layer 'fc1': ratio must be in (0, 1], got ", ratio);
-    FAIL("no exception");
-  } catch (const bellows::error& e) {
-    const std::string what = e.what();
-    CHECK(what.find("layer 'fc1'") != std::string::npos);
-    CHECK(what.find("got 1.5") != std::string::npos);
-    CHECK(what.find("ratio > 0 && ratio <= 1") != std::string::npos);
-  }
+  CHECK_THROWS_WITH_AS(BELLOWS_EXPECTS(ratio > 0 && ratio <= 1, "topk: ratio must be in (0, 1], got ", ratio),
+                       "topk: ratio must be in (0, 1], got 1.5", bellows::error);
 }
 
 TEST_CASE("every bellows exception is a bellows::error and a std::runtime_error") {

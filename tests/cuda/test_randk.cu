@@ -95,9 +95,8 @@ TEST_CASE("cuda randk: per-rank payloads corrupted in transit raise the CPU vali
 
 TEST_CASE("cuda randk: wrong states, streams and sizes are refused before anything runs") {
   if (!bellows::test::have_device()) return;
-  CHECK_THROWS_WITH_AS(
-      (void)bellows::randk<bellows::cuda::executor>({.unbiased = true}).make_state({0, "fc", bellows::shape{10}}),
-      doctest::Contains("unbiased scaling needs feedback none"), bellows::error);
+  CHECK_THROWS_WITH_AS((void)bellows::randk<bellows::cuda::executor>({.unbiased = true}),
+                       doctest::Contains("unbiased scaling needs feedback none"), bellows::error);
   const config c{200, {.ratio = 0.1}, false};
   bellows::test::check_refusals<bellows::randk>(
       c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });

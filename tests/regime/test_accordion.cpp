@@ -10,6 +10,8 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "../support/allocation_counter.hpp"
@@ -364,6 +366,22 @@ TEST_CASE("accordion: bad configuration raises bellows::error naming the value")
   CHECK_NOTHROW(accordion({.eta = 2.0f, .interval = 1}));  // eta > 1 is legal: growth can exceed 1
 }
 
+TEST_CASE("accordion({}) takes the default parameters; braced parameters are not ambiguous either") {
+  static_assert(!std::is_default_constructible_v<accordion>,
+                "a default constructor would make accordion({}) ambiguous");
+  const accordion defaults({});
+  CHECK(defaults.params().eta == accordion_params{}.eta);
+  CHECK(defaults.params().interval == accordion_params{}.interval);
+  const accordion set({.eta = 0.25f});
+  CHECK(set.params().eta == 0.25f);
+  CHECK(set.params().interval == accordion_params{}.interval);
+}
+
+TEST_CASE("to_string(regime) names each regime") {
+  static_assert(std::string_view(bellows::to_string(regime::critical)) == "critical");
+  static_assert(std::string_view(bellows::to_string(regime::normal)) == "normal");
+}
+
 TEST_CASE("accordion: misuse raises bellows::error naming the layer and the value") {
   accordion d({.interval = 2});
   CHECK_THROWS_WITH_AS(d.add_layer({1, "late", bellows::shape{3}}), doctest::Contains("'late' has id 1"),
@@ -371,7 +389,8 @@ TEST_CASE("accordion: misuse raises bellows::error naming the layer and the valu
   d.add_layer({0, "fc1.weight", bellows::shape{2, 3}});
   CHECK_THROWS_WITH_AS(d.observe(0, std::vector<float>(5)),
                        doctest::Contains("'fc1.weight' of shape 2x3 has 6 elements, the gradient 5"), bellows::error);
-  CHECK_THROWS_WITH_AS(d.observe(1, std::vector<float>(6)), doctest::Contains("layer id 1 of 1"), bellows::error);
+  CHECK_THROWS_WITH_AS(d.observe(1, std::vector<float>(6)), doctest::Contains("unknown layer id 1 of 1"),
+                       bellows::error);
   recording_collective coll;
   CHECK_THROWS_WITH_AS(d.end_epoch(1, 0.1f, coll), doctest::Contains("end_epoch(1) while epoch 0"), bellows::error);
   CHECK_THROWS_WITH_AS(d.end_epoch(0, 0.0f, coll), doctest::Contains("learning rate"), bellows::error);

@@ -37,5 +37,6 @@ TEST_CASE("static_policy: layers out of order and unknown ids are refused") {
   CHECK_THROWS_WITH_AS(p.add_layer({1, "late", bellows::shape{3}}), doctest::Contains("'late' has id 1"),
                        bellows::error);
   p.add_layer({0, "fc", bellows::shape{3}});
-  CHECK_THROWS_WITH_AS(p.observe(1, std::vector<float>(3)), doctest::Contains("layer id 1 of 1"), bellows::error);
+  CHECK_THROWS_WITH_AS(p.observe(1, std::vector<float>(3)), doctest::Contains("unknown layer id 1 of 1"),
+                       bellows::error);
 }

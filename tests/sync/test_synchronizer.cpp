@@ -3,6 +3,7 @@
 #include <bellows/collectives/local.hpp>
 #include <bellows/compressors/identity.hpp>
 #include <bellows/compressors/powersgd.hpp>
+#include <bellows/compressors/qsgd.hpp>
 #include <bellows/compressors/topk.hpp>
 #include <bellows/regime/accordion.hpp>
 #include <bellows/regime/static_policy.hpp>
@@ -600,14 +601,14 @@ TEST_CASE("synchronizer: a save killed half-way (a real child process, SIGKILL) 
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("synchronizer: a layer its compressors refuse (ratio out of range) raises naming it and registers nothing") {
-  bellows::synchronizer sync(bellows::topk<>({.ratio = 0.1}), bellows::topk<>({.ratio = 1.5}),
+TEST_CASE("synchronizer: a layer its compressors refuse (too large for QSGD) raises naming it and registers nothing") {
+  bellows::synchronizer sync(bellows::qsgd<>(), bellows::qsgd<>({.bits = 4}),
                              critical_policy(bellows::regime::critical));
-  CHECK_THROWS_WITH_AS(sync.add_layer("fc1.weight", bellows::shape{10, 4}),
-                       doctest::Contains("layer 'fc1.weight': ratio must be in (0, 1], got 1.5"), bellows::error);
+  CHECK_THROWS_WITH_AS(sync.add_layer("emb.weight", bellows::shape{std::size_t{1} << 34}),
+                       doctest::Contains("layer 'emb.weight' of 17179869184 elements"), bellows::error);
   CHECK(sync.layers() == 0);
   CHECK(sync.telemetry().empty());
-  bellows::synchronizer fine(bellows::topk<>({.ratio = 0.1}), bellows::topk<>({.ratio = 0.5}),
+  bellows::synchronizer fine(bellows::qsgd<>(), bellows::qsgd<>({.bits = 4}),
                              critical_policy(bellows::regime::critical));
   CHECK(fine.add_layer("fc1.weight", bellows::shape{10, 4}) == 0);
   // A checkpoint of the one-layer synchronizer does not fit the empty one.

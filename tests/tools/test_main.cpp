@@ -220,8 +220,8 @@ TEST_CASE("cli: usage errors and bad method configurations exit 2 with the messa
     {g + "--method qsgd --norm l1", "--norm"},
     {g + "--method powersgd --rank two", "--method powersgd: option rank: 'two' is not a whole number"},
     {g + "--ratio 0.1 --method powersgd", "--ratio"},
-    {g + "--method topk --ratio 0", "--method topk: topk: layer 'g': ratio must be in (0, 1], got 0"},
-    {g + "--method randk --ratio 1.5", "--method randk: randk: layer 'g': ratio must be in (0, 1], got 1.5"},
+    {g + "--method topk --ratio 0", "--method topk: topk: ratio must be in (0, 1], got 0"},
+    {g + "--method randk --ratio 1.5", "--method randk: randk: ratio must be in (0, 1], got 1.5"},
     {g + "--method randk --unbiased --error-feedback residual", "unbiased scaling needs feedback none"},
   };
   for (const auto& [args, phrase] : cases) {

@@ -21,7 +21,7 @@ struct distortion {
 };
 
 [[nodiscard]] inline distortion compare(std::span<const float> x, std::span<const float> y) {
-  BELLOWS_EXPECTS(x.size() == y.size(), "compare: lengths ", x.size(), " and ", y.size());
+  BELLOWS_EXPECTS(x.size() == y.size(), "compare: lengths differ, ", x.size(), " and ", y.size());
   double xx = 0, yy = 0, xy = 0, dd = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double a = x[i], b = y[i];

@@ -118,7 +118,7 @@ public:
 
   /// MPI_Bcast of `data` from `root`; every rank passes the same length.
   void broadcast(std::span<std::byte> data, std::size_t root) {
-    BELLOWS_EXPECTS(root < size_, "mpi broadcast: root ", root, " of ", size_, " ranks");
+    BELLOWS_EXPECTS(root < size_, "mpi broadcast: root ", root, " is not a rank of ", size_);
     check(MPI_Bcast(data.data(), count_of(data.size(), "broadcast"), MPI_BYTE, static_cast<int>(root), comm_),
           "MPI_Bcast");
   }

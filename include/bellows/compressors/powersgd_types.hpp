@@ -4,9 +4,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string_view>
 #include <vector>
 
+#include "bellows/core/error.hpp"
 #include "bellows/core/method.hpp"
 #include "bellows/core/wire.hpp"
 #include "bellows/plan/feedback.hpp"
@@ -28,6 +30,17 @@ struct powersgd_params {
   bellows::feedback feedback = bellows::feedback::residual;
   /// Key of the shared query's random stream; the same on every rank.
   std::uint64_t seed = 0;
+
+  /// Raises bellows::error naming the first parameter out of range; both backends' constructors
+  /// call it.
+  void validate() const {
+    BELLOWS_EXPECTS(rank >= 1, "powersgd: rank must be >= 1, got ", rank);
+    BELLOWS_EXPECTS(min_compression_rate > 0.0f && min_compression_rate <= std::numeric_limits<float>::max(),
+                    "powersgd: min_compression_rate must be a finite number > 0, got ", min_compression_rate);
+    BELLOWS_EXPECTS(orthogonalization_eps >= 0.0f && orthogonalization_eps <= std::numeric_limits<float>::max(),
+                    "powersgd: orthogonalization_eps must be a finite number >= 0, got ", orthogonalization_eps);
+    check_feedback("powersgd", feedback);
+  }
 };
 
 template <class Exec>

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bellows/core/error.hpp"
 #include "bellows/core/method.hpp"
 #include "bellows/core/wire.hpp"
 #include "bellows/plan/codes.hpp"
@@ -27,6 +28,16 @@ struct qsgd_params {
   std::uint64_t seed = 0;
   /// Off by default (QSGD is unbiased); when on, the contribution is the local decoded value.
   bellows::feedback feedback = bellows::feedback::none;
+
+  /// Raises bellows::error naming the first parameter out of range; both backends' constructors
+  /// call it.
+  void validate() const {
+    BELLOWS_EXPECTS(code_layout::valid_bits(bits), "qsgd: bits must be 2, 4 or 8, got ", bits);
+    BELLOWS_EXPECTS(bucket >= 1 && bucket < (std::size_t{1} << 24), "qsgd: bucket must be in [1, 2^24), got ", bucket);
+    BELLOWS_EXPECTS(norm == qsgd_norm::l2 || norm == qsgd_norm::max_abs,
+                    "qsgd: norm must be l2 or max_abs, got the value ", static_cast<unsigned>(norm));
+    check_feedback("qsgd", feedback);
+  }
 };
 
 template <class Exec>

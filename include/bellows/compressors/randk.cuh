@@ -66,18 +66,18 @@ public:
   static constexpr wire::codec codec = randk_method::codec;
   static constexpr const char* name = "randk";
 
-  explicit randk(randk_params params = {}, cuda::executor& exec = cuda::executor::shared()) : base(params, exec) {}
+  /// Raises bellows::error naming a parameter out of range (randk_params::validate).
+  explicit randk(randk_params params = {}, cuda::executor& exec = cuda::executor::shared()) : base(params, exec) {
+    params.validate();
+  }
 
   [[nodiscard]] bellows::aggregation aggregation() const noexcept {
     return params_.mode == randk_mode::shared ? bellows::aggregation::allreduce : bellows::aggregation::allgather;
   }
 
-  /// Validates the parameters for the layer (raising bellows::error that names both) and sizes
-  /// the state; reserves the executor's workspace for the draw and for the validation of one
-  /// payload.
+  /// A state for the layer; reserves the executor's workspace for the draw (raising
+  /// bellows::error for a layer of 2^32 elements or more) and for the validation of one payload.
   [[nodiscard]] state make_state(const layer_info& layer) const {
-    BELLOWS_EXPECTS(!params_.unbiased || params_.feedback == feedback::none, "randk: layer '", layer.name,
-                    "': unbiased scaling needs feedback none, got feedback ", to_string(params_.feedback));
     state st;
     start(st, layer);
     follow(st);

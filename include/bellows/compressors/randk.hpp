@@ -51,7 +51,10 @@ public:
   static constexpr wire::codec codec = randk_method::codec;
   static constexpr const char* name = randk_method::codec.name;
 
-  explicit randk(randk_params params = {}, Exec& exec = Exec::shared()) : base(exec), params_(params) {}
+  /// Raises bellows::error naming a parameter out of range (randk_params::validate).
+  explicit randk(randk_params params = {}, Exec& exec = Exec::shared()) : base(exec), params_(params) {
+    params_.validate();
+  }
 
   [[nodiscard]] const randk_params& params() const noexcept { return params_; }
   [[nodiscard]] bellows::aggregation aggregation() const noexcept {
@@ -94,14 +97,12 @@ private:
   friend base;
 
   [[nodiscard]] std::pair<std::size_t, std::size_t> counts(const layer_info& layer) const {
-    const std::size_t k = detail::kept_count(name, layer, params_.ratio, params_.k);
+    const std::size_t k = detail::kept_count(layer, params_.ratio, params_.k);
     return {k, k};
   }
 
   void fit(state& st) const {
     const std::size_t k = counts(st.layer).first;
-    BELLOWS_EXPECTS(!params_.unbiased || params_.feedback == feedback::none, "randk: layer '", st.layer.name,
-                    "': unbiased scaling needs feedback none, got feedback ", to_string(params_.feedback));
     const sample_plan plan = plan_sample(st.layer.size(), k);
     if (!(plan == st.plan_)) {
       st.plan_ = plan;

@@ -6,9 +6,11 @@
 #include <string_view>
 #include <vector>
 
+#include "bellows/core/error.hpp"
 #include "bellows/core/method.hpp"
 #include "bellows/core/wire.hpp"
 #include "bellows/plan/feedback.hpp"
+#include "bellows/plan/kept.hpp"
 
 namespace bellows {
 
@@ -35,6 +37,17 @@ struct randk_params {
   bellows::feedback feedback = bellows::feedback::residual;
   /// Keys the index draw, with the step, the layer and (per-rank mode) the rank.
   std::uint64_t seed = 0;
+
+  /// Raises bellows::error naming the first parameter out of range, or unbiased scaling with an
+  /// error memory; both backends' constructors call it.
+  void validate() const {
+    detail::check_kept_params("randk", ratio, k);
+    BELLOWS_EXPECTS(mode == randk_mode::shared || mode == randk_mode::per_rank,
+                    "randk: mode must be shared or per_rank, got the value ", static_cast<unsigned>(mode));
+    check_feedback("randk", feedback);
+    BELLOWS_EXPECTS(!unbiased || feedback == bellows::feedback::none,
+                    "randk: unbiased scaling needs feedback none, got feedback ", to_string(feedback));
+  }
 };
 
 template <class Exec>

@@ -4,9 +4,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string_view>
 #include <vector>
 
+#include "bellows/core/error.hpp"
 #include "bellows/core/method.hpp"
 #include "bellows/core/wire.hpp"
 #include "bellows/plan/feedback.hpp"
@@ -20,6 +22,14 @@ struct signsgd_params {
   /// Residual by default (Karimireddy et al.: the memory is what makes signSGD converge); none
   /// gives scaled sign SGD.
   bellows::feedback feedback = bellows::feedback::residual;
+
+  /// Raises bellows::error naming the first parameter out of range (the header's param field
+  /// holds the bucket in 32 bits); both backends' constructors call it.
+  void validate() const {
+    BELLOWS_EXPECTS(bucket <= std::numeric_limits<std::uint32_t>::max(),
+                    "signsgd: bucket must be below 2^32 (0: the whole layer), got ", bucket);
+    check_feedback("signsgd", feedback);
+  }
 };
 
 template <class Exec>

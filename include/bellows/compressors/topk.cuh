@@ -80,13 +80,15 @@ public:
   static constexpr wire::codec codec = topk_method::codec;
   static constexpr const char* name = "topk";
 
-  explicit topk(topk_params params = {}, cuda::executor& exec = cuda::executor::shared()) : base(params, exec) {}
+  /// Raises bellows::error naming a parameter out of range (topk_params::validate).
+  explicit topk(topk_params params = {}, cuda::executor& exec = cuda::executor::shared()) : base(params, exec) {
+    params.validate();
+  }
 
   [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allgather; }
 
-  /// Validates the parameters for the layer (raising bellows::error that names both) and sizes
-  /// the state; reserves the executor's workspace for the selection (layers below 2^31 elements)
-  /// and for the validation of one payload.
+  /// A state for the layer; reserves the executor's workspace for the selection (raising
+  /// bellows::error for a layer of 2^31 elements or more) and for the validation of one payload.
   [[nodiscard]] state make_state(const layer_info& layer) const {
     state st;
     start(st, layer);

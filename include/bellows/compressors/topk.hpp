@@ -53,7 +53,10 @@ public:
   static constexpr wire::codec codec = topk_method::codec;
   static constexpr const char* name = topk_method::codec.name;
 
-  explicit topk(topk_params params = {}, Exec& exec = Exec::shared()) : base(exec), params_(params) {}
+  /// Raises bellows::error naming a parameter out of range (topk_params::validate).
+  explicit topk(topk_params params = {}, Exec& exec = Exec::shared()) : base(exec), params_(params) {
+    params_.validate();
+  }
 
   [[nodiscard]] const topk_params& params() const noexcept { return params_; }
   [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allgather; }
@@ -88,7 +91,7 @@ private:
 
   /// k, and the most approximate mode may keep: ceil(1.25 k), at most n.
   [[nodiscard]] std::pair<std::size_t, std::size_t> counts(const layer_info& layer) const {
-    const std::size_t k = detail::kept_count(name, layer, params_.ratio, params_.k);
+    const std::size_t k = detail::kept_count(layer, params_.ratio, params_.k);
     return {k, topk_most(params_.mode, layer.size(), k)};
   }
 

@@ -8,9 +8,11 @@
 #include <string_view>
 #include <vector>
 
+#include "bellows/core/error.hpp"
 #include "bellows/core/method.hpp"
 #include "bellows/core/wire.hpp"
 #include "bellows/plan/feedback.hpp"
+#include "bellows/plan/kept.hpp"
 
 namespace bellows {
 
@@ -43,6 +45,15 @@ struct topk_params {
   /// Average by a dense allreduce instead of an allgather when docs/spec.md#top-k finds it cheaper:
   /// W * k * (index + value bytes) >= 4 n.
   bool dense_switch = true;
+
+  /// Raises bellows::error naming the first parameter out of range; both backends' constructors
+  /// call it.
+  void validate() const {
+    detail::check_kept_params("topk", ratio, k);
+    BELLOWS_EXPECTS(mode == topk_mode::exact || mode == topk_mode::approximate,
+                    "topk: mode must be exact or approximate, got the value ", static_cast<unsigned>(mode));
+    check_feedback("topk", feedback);
+  }
 };
 
 template <class Exec>

@@ -58,10 +58,11 @@ template <class Error = error, class... Parts>
 }  // namespace bellows
 
 /// BELLOWS_EXPECTS(condition, message parts...): throws bellows::error whose text is the
-/// message parts streamed together, followed by the failed condition, e.g.
-///   BELLOWS_EXPECTS(ratio > 0 && ratio <= 1, "layer 'fc1': ratio must be in (0, 1], got ", ratio);
-/// -> "layer 'fc1': ratio must be in (0, 1], got 0 [check: ratio > 0 && ratio <= 1]"
-#define BELLOWS_EXPECTS(condition, ...)                                         \
-  do {                                                                          \
-    if (!(condition)) ::bellows::fail(__VA_ARGS__, " [check: " #condition "]"); \
+/// message parts streamed together. The condition is not part of the text, so the message must
+/// say by itself what is wrong and with which value, e.g.
+///   BELLOWS_EXPECTS(ratio > 0 && ratio <= 1, "topk: ratio must be in (0, 1], got ", ratio);
+/// -> "topk: ratio must be in (0, 1], got 0"
+#define BELLOWS_EXPECTS(condition, ...)             \
+  do {                                              \
+    if (!(condition)) ::bellows::fail(__VA_ARGS__); \
   } while (false)

@@ -45,12 +45,12 @@ public:
 
   /// Block of rank r.
   [[nodiscard]] std::span<const std::byte> block(std::size_t r) const {
-    BELLOWS_EXPECTS(r < blocks(), "gather_buffer: block ", r, " of ", blocks());
+    BELLOWS_EXPECTS(r < blocks(), "gather_buffer: no block ", r, " in ", blocks());
     return {bytes_.data() + offsets_[r], sizes_[r]};
   }
   /// Writable block of rank r, for collective implementers.
   [[nodiscard]] std::span<std::byte> block(std::size_t r) {
-    BELLOWS_EXPECTS(r < blocks(), "gather_buffer: block ", r, " of ", blocks());
+    BELLOWS_EXPECTS(r < blocks(), "gather_buffer: no block ", r, " in ", blocks());
     return {bytes_.data() + offsets_[r], sizes_[r]};
   }
 

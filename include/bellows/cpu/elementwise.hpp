@@ -88,7 +88,7 @@ inline void divide(executor& exec, std::span<float> x, float d) {
 /// out[i] = x[i] / d for every element (same lengths; writes out, as add and subtract do); a copy
 /// when d is 1 (x / 1 is x).
 inline void divide(executor& exec, std::span<float> out, std::span<const float> x, float d) {
-  BELLOWS_EXPECTS(out.size() == x.size(), "divide: lengths ", out.size(), " and ", x.size());
+  BELLOWS_EXPECTS(out.size() == x.size(), "divide: lengths differ, ", out.size(), " and ", x.size());
   exec.for_chunks(out.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
     if (d == 1.0f) {
       std::copy(x.data() + lo, x.data() + hi, out.data() + lo);
@@ -112,7 +112,7 @@ inline void scale(executor& exec, std::span<float> x, float s) {
 
 /// x[i] = x[i] + y[i] (same lengths).
 inline void add_into(executor& exec, std::span<float> x, std::span<const float> y) {
-  BELLOWS_EXPECTS(x.size() == y.size(), "add_into: lengths ", x.size(), " and ", y.size());
+  BELLOWS_EXPECTS(x.size() == y.size(), "add_into: lengths differ, ", x.size(), " and ", y.size());
   exec.for_chunks(x.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
     for (std::size_t i = lo; i < hi; ++i) x[i] += y[i];
   });
@@ -120,8 +120,8 @@ inline void add_into(executor& exec, std::span<float> x, std::span<const float> 
 
 /// out[i] = a[i] + b[i] (same lengths; out may alias a or b).
 inline void add(executor& exec, std::span<float> out, std::span<const float> a, std::span<const float> b) {
-  BELLOWS_EXPECTS(out.size() == a.size() && a.size() == b.size(), "add: lengths ", out.size(), ", ", a.size(), " and ",
-                  b.size());
+  BELLOWS_EXPECTS(out.size() == a.size() && a.size() == b.size(), "add: lengths differ, ", out.size(), ", ", a.size(),
+                  " and ", b.size());
   exec.for_chunks(out.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
     for (std::size_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
   });
@@ -129,8 +129,8 @@ inline void add(executor& exec, std::span<float> out, std::span<const float> a, 
 
 /// out[i] = a[i] - b[i] (same lengths; out may alias a).
 inline void subtract(executor& exec, std::span<float> out, std::span<const float> a, std::span<const float> b) {
-  BELLOWS_EXPECTS(out.size() == a.size() && a.size() == b.size(), "subtract: lengths ", out.size(), ", ", a.size(),
-                  " and ", b.size());
+  BELLOWS_EXPECTS(out.size() == a.size() && a.size() == b.size(), "subtract: lengths differ, ", out.size(), ", ",
+                  a.size(), " and ", b.size());
   exec.for_chunks(out.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
     for (std::size_t i = lo; i < hi; ++i) out[i] = a[i] - b[i];
   });

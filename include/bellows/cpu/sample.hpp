@@ -265,8 +265,8 @@ template <class Index>
   const bool compensate = !e.empty();
   BELLOWS_EXPECTS(n == plan.n && out.index.size() == plan.k && out.value.size() == plan.k &&
                       (!compensate || (e.size() == n && staged.size() == n)),
-                  "gather_sample: a plan of ", plan.k, " of ", plan.n, " for buffers of ", n, ", ", e.size(), ", ",
-                  staged.size(), " and ", out.index.size(), " entries");
+                  "gather_sample: the buffers do not fit the plan: ", plan.k, " of ", plan.n, " for buffers of ", n,
+                  ", ", e.size(), ", ", staged.size(), " and ", out.index.size(), " entries");
   BELLOWS_EXPECTS(!compensate || detail::stream_aligned(staged.data()),
                   "gather_sample: `staged` must start at a multiple of 16 bytes");
   const std::size_t chunks = (n + sparse_chunk - 1) / sparse_chunk;

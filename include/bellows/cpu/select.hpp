@@ -95,7 +95,7 @@ struct kth_key {
 [[nodiscard]] inline kth_key kth_largest_key(std::span<const float> values, std::size_t rank,
                                              std::span<std::uint32_t> scratch) {
   BELLOWS_EXPECTS(rank >= 1 && rank <= values.size() && scratch.size() >= values.size(), "kth_largest_key: rank ", rank,
-                  " of ", values.size(), " values, scratch ", scratch.size());
+                  " must be in [1, ", values.size(), "] and the scratch hold as many values, got ", scratch.size());
   constexpr unsigned shift = 20;
   std::size_t hist[std::size_t{1} << (31 - shift)] = {};
   for (float v : values) ++hist[magnitude_key(v) >> shift];
@@ -602,7 +602,8 @@ namespace detail {
 inline void check_select(const char* who, const select_plan& plan, std::span<const float> g, std::span<const float> e,
                          std::span<float> staged, const select_workspace& ws) {
   BELLOWS_EXPECTS(g.size() == plan.n && (e.empty() || (e.size() == plan.n && staged.size() == plan.n)), who,
-                  ": a plan for ", plan.n, " elements, buffers of ", g.size(), ", ", e.size(), " and ", staged.size());
+                  ": the buffers do not fit the plan: ", plan.n, " elements, buffers of ", g.size(), ", ", e.size(),
+                  " and ", staged.size());
   BELLOWS_EXPECTS(e.empty() || stream_aligned(staged.data()), who, ": `staged` must start at a multiple of 16 bytes");
   BELLOWS_EXPECTS(ws.sample.size() >= plan.sample && ws.keys.size() >= ws.position.size() &&
                       ws.chunks.size() == (plan.n + select_chunk - 1) / select_chunk,
@@ -633,7 +634,8 @@ template <class Arrays>
                                                                  std::span<const float> e, std::span<float> staged,
                                                                  select_workspace& ws, std::span<float> dense) {
   detail::check_select("select_top_dense", plan, g, e, staged, ws);
-  BELLOWS_EXPECTS(dense.size() == plan.n, "select_top_dense: ", dense.size(), " floats for ", plan.n);
+  BELLOWS_EXPECTS(dense.size() == plan.n, "select_top_dense: a dense buffer of ", dense.size(),
+                  " floats for a plan of ", plan.n);
   if (e.empty()) return detail::select_top_dense<false>(exec, plan, draw, g.data(), nullptr, nullptr, ws, dense.data());
   return detail::select_top_dense<true>(exec, plan, draw, g.data(), e.data(), staged.data(), ws, dense.data());
 }

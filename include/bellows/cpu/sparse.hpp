@@ -109,7 +109,8 @@ inline bool any_non_finite(const float* x, std::size_t len) noexcept {
 /// acc[index[j]] += value[j] for ascending, distinct indices below acc.size().
 template <class Index>
 void scatter_add(executor& exec, std::span<float> acc, std::span<const Index> index, std::span<const float> value) {
-  BELLOWS_EXPECTS(value.size() == index.size(), "scatter_add: ", index.size(), " indices, ", value.size(), " values");
+  BELLOWS_EXPECTS(value.size() == index.size(), "scatter_add: ", index.size(), " indices but ", value.size(),
+                  " values");
   exec.for_chunks(index.size(), sparse_chunk, [&](std::size_t lo, std::size_t hi) {
     for (std::size_t j = lo; j < hi; ++j) acc[static_cast<std::size_t>(index[j])] += value[j];
   });

@@ -93,7 +93,7 @@ __global__ void flag_kernel(const Float* x, std::size_t n, Flag* flag) {
 }
 
 inline void same_lengths(const char* who, std::size_t a, std::size_t b) {
-  BELLOWS_EXPECTS(a == b, who, ": lengths ", a, " and ", b);
+  BELLOWS_EXPECTS(a == b, who, ": lengths differ, ", a, " and ", b);
 }
 
 }  // namespace detail

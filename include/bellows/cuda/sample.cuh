@@ -235,8 +235,8 @@ inline void gather_sample(executor& exec, const sample_plan& plan, sample_worksp
   const bool compensate = !e.empty();
   BELLOWS_EXPECTS(n == plan.n && out.index.size() == plan.k && out.value.size() == plan.k &&
                       (!compensate || (e.size() == n && staged.size() == n)),
-                  "cuda::gather_sample: a plan of ", plan.k, " of ", plan.n, " for buffers of ", n, ", ", e.size(),
-                  ", ", staged.size(), " and ", out.index.size(), " entries");
+                  "cuda::gather_sample: the buffers do not fit the plan: ", plan.k, " of ", plan.n, " for buffers of ",
+                  n, ", ", e.size(), ", ", staged.size(), " and ", out.index.size(), " entries");
   if (n == 0) return;
   const std::size_t warps = sample_workspace::word_count(plan);
   const unsigned blocks = std::min(blocks_for(warps * 32, detail::sample_threads), 8192u);

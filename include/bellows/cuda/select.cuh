@@ -354,8 +354,8 @@ inline void select_top(executor& exec, const select_plan& plan, const philox::st
   const bool compensate = !e.empty();
   BELLOWS_EXPECTS(n == plan.n && out.index.size() == most && (out.value.empty() || out.value.size() == most) &&
                       (!compensate || (e.size() == n && staged.size() == n)),
-                  "cuda::select_top: a plan of ", plan.k, " to ", most, " of ", plan.n, " for buffers of ", n, ", ",
-                  e.size(), ", ", staged.size(), " and ", out.index.size(), " entries");
+                  "cuda::select_top: the buffers do not fit the plan: ", plan.k, " to ", most, " of ", plan.n,
+                  " for buffers of ", n, ", ", e.size(), ", ", staged.size(), " and ", out.index.size(), " entries");
   cudaStream_t st = exec.stream();
   BELLOWS_CUDA_CHECK(cudaMemsetAsync(ws.non_finite, 0, sizeof(unsigned), st));
   if (n == 0) {
@@ -378,8 +378,8 @@ inline void select_top(executor& exec, const select_plan& plan, const philox::st
     }
   };
   const bool step0 = ws.sample != nullptr;
-  BELLOWS_EXPECTS(step0 == (most > plan.k && plan.sample != 0), "cuda::select_top: a workspace for ",
-                  step0 ? "approximate" : "exact", " mode, a plan of ", plan.k, " to ", most, " kept");
+  BELLOWS_EXPECTS(step0 == (most > plan.k && plan.sample != 0), "cuda::select_top: the workspace is for ",
+                  step0 ? "approximate" : "exact", " mode, the plan (", plan.k, " to ", most, " kept) for the other");
   if (step0) {
     detail::launch(&detail::sample_kernel<float>, std::min(blocks_for(plan.sample, detail::select_threads), 2048u),
                    detail::select_threads, st, gp, ep, n, plan.sample, draw, ws.sample);

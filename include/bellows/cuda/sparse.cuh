@@ -96,7 +96,8 @@ __global__ void scatter_kernel(float* out, const Index* index, const float* valu
 
 inline void scatter(executor& exec, std::span<float> out, std::span<const std::uint32_t> index,
                     std::span<const float> value, const std::uint32_t* used, bool add) {
-  BELLOWS_EXPECTS(value.size() == index.size(), "cuda::scatter: ", index.size(), " indices, ", value.size(), " values");
+  BELLOWS_EXPECTS(value.size() == index.size(), "cuda::scatter: ", index.size(), " indices but ", value.size(),
+                  " values");
   if (index.empty()) return;
   const unsigned blocks = std::min(blocks_for(index.size(), scatter_threads), 4096u);
   launch(&scatter_kernel<std::uint32_t>, blocks, scatter_threads, exec.stream(), out.data(), index.data(), value.data(),

@@ -89,7 +89,8 @@ public:
 
 private:
   error_memory& checked(std::size_t id, std::size_t n) {
-    BELLOWS_EXPECTS(id < layers_.size(), "error_feedback: layer id ", id, " of ", layers_.size());
+    BELLOWS_EXPECTS(id < layers_.size(), "error_feedback: unknown layer id ", id, " of ", layers_.size(),
+                    " registered");
     error_memory& m = layers_[id];
     BELLOWS_EXPECTS(!m.enabled() || n == m.values().size(), "error_feedback: layer '", names_[id], "' has ",
                     m.values().size(), " elements, the buffer ", n);

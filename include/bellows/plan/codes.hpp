@@ -41,8 +41,8 @@ inline constexpr float smallest_scale = 0x1p-100f;
 /// Raises bellows::error, naming `what`, when arrays of these sizes do not fit the layout.
 inline void check_codes(const char* what, const code_layout& layout, std::size_t values, std::size_t scales,
                         std::size_t code_bytes) {
-  BELLOWS_EXPECTS(code_layout::valid_bits(layout.bits) && layout.bucket >= 1, what, ": bits ", layout.bits,
-                  " and bucket ", layout.bucket);
+  BELLOWS_EXPECTS(code_layout::valid_bits(layout.bits) && layout.bucket >= 1, what,
+                  ": bits must be 2, 4 or 8 and bucket >= 1, got bits ", layout.bits, " and bucket ", layout.bucket);
   BELLOWS_EXPECTS(values == layout.n && scales == layout.buckets() && code_bytes == layout.code_bytes(), what, ": ",
                   values, " values, ", scales, " scales and ", code_bytes, " code bytes for a layout of ", layout.n,
                   ", ", layout.buckets(), " and ", layout.code_bytes());

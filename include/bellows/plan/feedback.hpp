@@ -5,6 +5,7 @@
 
 #include <string_view>
 
+#include "bellows/core/error.hpp"
 #include "bellows/core/method.hpp"
 
 namespace bellows {
@@ -22,6 +23,12 @@ enum class feedback : unsigned char {
     case feedback::scaled: return "scaled";
   }
   return "unknown";
+}
+
+/// Raises bellows::error unless `f` is one of the kinds above (a value cast from a number may not be).
+inline void check_feedback(std::string_view who, feedback f) {
+  BELLOWS_EXPECTS(f == feedback::none || f == feedback::residual || f == feedback::scaled, who,
+                  ": feedback must be none, residual or scaled, got the value ", static_cast<unsigned>(f));
 }
 
 /// The --error-feedback option of a method descriptor whose default memory is `fallback`.

@@ -10,6 +10,10 @@ namespace bellows {
 /// What a regime detector decides for a layer: `critical` layers get the low compression level.
 enum class regime : std::uint8_t { critical, normal };
 
+[[nodiscard]] constexpr const char* to_string(regime r) noexcept {
+  return r == regime::critical ? "critical" : "normal";
+}
+
 /// Whether a layer takes part in regime detection. A layer that the compressor would not
 /// compress (PowerSGD's 1-D tensors, say) is `excluded`: it is never accumulated, adds nothing
 /// to the per-epoch exchange, and is reported `critical` (the low compression level) forever.

@@ -41,7 +41,7 @@ struct sample_plan {
 /// number m of proposals with m - m^2 / (2n) = t (a lower bound of the expected distinct count),
 /// capped at n; at least j + 1.
 [[nodiscard]] inline sample_plan plan_sample(std::uint64_t n, std::uint64_t k) {
-  BELLOWS_EXPECTS(k <= n, "plan_sample: ", k, " of ", n, " indices");
+  BELLOWS_EXPECTS(k <= n, "plan_sample: cannot draw ", k, " of ", n, " indices (k must be <= n)");
   sample_plan p{n, k, std::min(k, n - k), k > n - k, 0};
   if (p.chosen == 0) return p;
   const double nn = static_cast<double>(n), j = static_cast<double>(p.chosen);

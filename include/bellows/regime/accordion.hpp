@@ -64,7 +64,9 @@ namespace bellows {
 template <class Exec>
 class basic_accordion {
 public:
-  explicit basic_accordion(accordion_params params = {}, Exec& exec = Exec::shared())
+  /// `accordion({})` takes the default parameters. There is no default constructor: with one,
+  /// `{}` could also make a temporary accordion to copy, and `accordion({})` would be ambiguous.
+  explicit basic_accordion(accordion_params params, Exec& exec = Exec::shared())
       : params_(params), exec_(&exec), flag_(exec, 1) {
     params_.validate();
   }
@@ -164,17 +166,18 @@ public:
         saved.regimes.size() == n && saved.norm_prev.size() == n && saved.steps.size() == n && saved.sums.size() == n,
         "accordion restore: the saved state has ", saved.regimes.size(), " regimes, ", saved.norm_prev.size(),
         " norms, ", saved.steps.size(), " step counts and ", saved.sums.size(), " sums for ", n, " registered layers");
-    BELLOWS_EXPECTS(std::isfinite(saved.lr) && saved.lr >= 0, "accordion restore: saved learning rate ", saved.lr);
+    BELLOWS_EXPECTS(std::isfinite(saved.lr) && saved.lr >= 0,
+                    "accordion restore: the saved learning rate must be a finite number >= 0, got ", saved.lr);
     for (std::size_t id = 0; id < n; ++id) {
       const bool in = participation_[id] == participation::included;
       const regime r = saved.regimes[id];
       BELLOWS_EXPECTS(r == regime::critical || r == regime::normal, "accordion restore: layer '", layers_[id].name,
-                      "': regime value ", static_cast<int>(r));
+                      "': unknown saved regime value ", static_cast<int>(r));
       BELLOWS_EXPECTS(saved.sums[id].size() == (in ? layers_[id].size() : 0), "accordion restore: layer '",
                       layers_[id].name, "' (", in ? "included" : "excluded", ", ", layers_[id].size(),
                       " elements) has a saved sum of ", saved.sums[id].size(), " elements");
       BELLOWS_EXPECTS(std::isfinite(saved.norm_prev[id]) && saved.norm_prev[id] >= 0, "accordion restore: layer '",
-                      layers_[id].name, "': saved norm ", saved.norm_prev[id]);
+                      layers_[id].name, "': the saved norm must be a finite number >= 0, got ", saved.norm_prev[id]);
     }
     for (std::size_t id = 0; id < n; ++id) sums_[id].assign(*exec_, saved.sums[id]);
     saved.sums.clear();  // they live in sums_
@@ -226,7 +229,8 @@ private:
   [[nodiscard]] bool check_epoch(std::uint64_t epoch) const noexcept { return epoch % params_.interval == 0; }
 
   void check_id(std::size_t id) const {
-    BELLOWS_EXPECTS(id < layers_.size(), "accordion: layer id ", id, " of ", layers_.size(), " registered layers");
+    BELLOWS_EXPECTS(id < layers_.size(), "accordion: unknown layer id ", id, " of ", layers_.size(),
+                    " registered layers");
   }
 
   void check_size(std::size_t id, std::span<const float> grad) const {

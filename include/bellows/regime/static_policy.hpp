@@ -31,7 +31,7 @@ public:
   }
 
   step_status observe(std::size_t id, std::span<const float> /*grad*/) const {
-    BELLOWS_EXPECTS(id < regimes_.size(), "static_policy: layer id ", id, " of ", regimes_.size(),
+    BELLOWS_EXPECTS(id < regimes_.size(), "static_policy: unknown layer id ", id, " of ", regimes_.size(),
                     " registered layers");
     return step_status::ok;
   }
@@ -39,7 +39,7 @@ public:
   /// Never: it observes nothing, so a Synchronizer needs no agreement on finiteness of its own
   /// (each compressor's first exchange makes the ranks agree).
   [[nodiscard]] bool observing(std::size_t id) const {
-    BELLOWS_EXPECTS(id < regimes_.size(), "static_policy: layer id ", id, " of ", regimes_.size(),
+    BELLOWS_EXPECTS(id < regimes_.size(), "static_policy: unknown layer id ", id, " of ", regimes_.size(),
                     " registered layers");
     return false;
   }

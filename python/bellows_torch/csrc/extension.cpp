@@ -168,7 +168,6 @@ std::unique_ptr<layer_runner> with_detector(const hook_config& cfg, C low, C hig
     bellows::accordion_params p;
     p.eta = cfg.eta;
     p.interval = cfg.interval;
-    p.validate();
     return std::make_unique<runner<C, bellows::accordion>>(std::move(low), std::move(high), bellows::accordion(p, exec),
                                                            exec, name, shape);
   }
@@ -193,9 +192,13 @@ constexpr bool has_option(std::string_view name) {
   return false;
 }
 
-/// Method M's parameters at one level, with the configuration's memory, seed and PowerSGD knobs.
+/// Method M's compressor at one level, with the configuration's memory, seed and PowerSGD knobs.
+/// A level M refuses raises bellows::error naming the argument it came from (`which`, "low" or
+/// "high"), e.g. "bellows_torch: low=1.5: topk: ratio must be in (0, 1], got 1.5".
 template <class M>
-typename M::params params_at(const hook_config& cfg, double level, std::uint64_t seed) {
+typename M::template compressor<bellows::cpu::executor> compressor_at(const hook_config& cfg, const char* which,
+                                                                      double level, std::uint64_t seed,
+                                                                      bellows::cpu::executor& exec) {
   bellows::method_settings s;
   s.set("seed", std::to_string(seed));
   BELLOWS_EXPECTS(cfg.feedback == "default" || cfg.feedback == "residual" || cfg.feedback == "none",
@@ -205,9 +208,9 @@ typename M::params params_at(const hook_config& cfg, double level, std::uint64_t
   if (has_option<M>("warm-start")) s.set("warm-start", cfg.warm_start ? "true" : "false");
   if (!M::level.empty()) s.set(M::level, level_text(level));
   try {
-    return M::configure(s);
+    return M::make(M::configure(s), exec);
   } catch (const bellows::error& e) {
-    bellows::fail("bellows_torch: ", M::name, " level ", level, ": ", e.what());
+    bellows::fail("bellows_torch: ", which, "=", level_text(level), ": ", e.what());
   }
 }
 
@@ -215,12 +218,13 @@ typename M::params params_at(const hook_config& cfg, double level, std::uint64_t
 std::unique_ptr<layer_runner> make_runner(const hook_config& cfg, bellows::cpu::executor& exec, const std::string& name,
                                           const bellows::shape& shape) {
   const std::uint64_t seed = layer_seed(cfg.seed, name);
-  const double high = cfg.accordion ? cfg.high : cfg.low;
   std::unique_ptr<layer_runner> out;
   const bool known = bellows::visit_method(bellows::compressor_methods{}, cfg.family, [&](auto m) {
     using M = typename decltype(m)::type;
-    out = with_detector(cfg, M::make(params_at<M>(cfg, cfg.low, seed), exec),
-                        M::make(params_at<M>(cfg, high, seed), exec), exec, name, shape);
+    auto low = compressor_at<M>(cfg, "low", cfg.low, seed, exec);
+    auto high = cfg.accordion ? compressor_at<M>(cfg, "high", cfg.high, seed, exec)
+                              : compressor_at<M>(cfg, "low", cfg.low, seed, exec);
+    out = with_detector(cfg, std::move(low), std::move(high), exec, name, shape);
   });
   if (!known)
     bellows::fail("bellows_torch: unknown compressor '", cfg.family, "' (",

@@ -128,9 +128,9 @@ public:
 protected:
   device_sparse_codec(const Params& params, cuda::executor& exec) : params_(params), exec_(&exec) {}
 
-  /// k for the layer, validating the parameters for it (raising bellows::error naming both).
-  [[nodiscard]] std::size_t kept(const layer_info& layer) const {
-    return kept_count(Derived::name, layer, params_.ratio, params_.k);
+  /// k for the layer.
+  [[nodiscard]] std::size_t kept(const layer_info& layer) const noexcept {
+    return kept_count(layer, params_.ratio, params_.k);
   }
 
   /// A fresh state's layer and zero memory (enqueued on the executor's stream).

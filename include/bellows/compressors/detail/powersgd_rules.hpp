@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <span>
 #include <utility>
 #include <vector>
@@ -21,18 +20,6 @@
 #include "bellows/core/shape.hpp"
 
 namespace bellows::detail {
-
-/// Raises bellows::error for a rank below 1, a min_compression_rate that is not a finite number
-/// > 0, or an orthogonalization_eps that is not a finite number >= 0.
-inline void check_powersgd_params(const powersgd_params& params) {
-  BELLOWS_EXPECTS(params.rank >= 1, "powersgd: rank must be >= 1, got ", params.rank);
-  BELLOWS_EXPECTS(params.min_compression_rate > 0.0f &&
-                      params.min_compression_rate <= std::numeric_limits<float>::max(),
-                  "powersgd: min_compression_rate must be a finite number > 0, got ", params.min_compression_rate);
-  BELLOWS_EXPECTS(params.orthogonalization_eps >= 0.0f &&
-                      params.orthogonalization_eps <= std::numeric_limits<float>::max(),
-                  "powersgd: orthogonalization_eps must be a finite number >= 0, got ", params.orthogonalization_eps);
-}
 
 /// r' for a layer at rank r, or 0 when the layer is not worth compressing at that rank:
 /// (n + m) r' min_compression_rate >= n m, or a layer of fewer than two dimensions.
@@ -113,9 +100,7 @@ struct powersgd_layer {
 template <class Derived, class Exec>
 class powersgd_common {
 public:
-  powersgd_common(const powersgd_params& params, Exec& exec) : params_(params), exec_(&exec) {
-    check_powersgd_params(params);
-  }
+  powersgd_common(const powersgd_params& params, Exec& exec) : params_(params), exec_(&exec) { params.validate(); }
 
   [[nodiscard]] const powersgd_params& params() const noexcept { return params_; }
 

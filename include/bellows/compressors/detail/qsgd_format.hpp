@@ -22,14 +22,8 @@ namespace bellows::detail {
 
 class qsgd_format {
 public:
-  /// Raises bellows::error for bits other than 2, 4, 8, a bucket outside [1, 2^24) or an unknown norm.
-  explicit qsgd_format(const qsgd_params& params) : params_(params) {
-    BELLOWS_EXPECTS(code_layout::valid_bits(params.bits), "qsgd: bits must be 2, 4 or 8, got ", params.bits);
-    BELLOWS_EXPECTS(params.bucket >= 1 && params.bucket < (std::size_t{1} << 24),
-                    "qsgd: bucket must be in [1, 2^24), got ", params.bucket);
-    BELLOWS_EXPECTS(params.norm == qsgd_norm::l2 || params.norm == qsgd_norm::max_abs, "qsgd: unknown norm ",
-                    static_cast<unsigned>(params.norm));
-  }
+  /// Raises bellows::error naming a parameter out of range (qsgd_params::validate).
+  explicit qsgd_format(const qsgd_params& params) : params_(params) { params.validate(); }
 
   [[nodiscard]] const qsgd_params& params() const noexcept { return params_; }
 

@@ -20,15 +20,8 @@ namespace bellows::detail {
 
 class signsgd_format {
 public:
-  /// Raises bellows::error for a bucket of 2^32 elements or more (the header's param holds it
-  /// in 32 bits) or an unknown feedback kind.
-  explicit signsgd_format(const signsgd_params& params) : params_(params) {
-    BELLOWS_EXPECTS(params.bucket <= std::numeric_limits<std::uint32_t>::max(),
-                    "signsgd: bucket must be below 2^32 (0: the whole layer), got ", params.bucket);
-    BELLOWS_EXPECTS(params.feedback == feedback::none || params.feedback == feedback::residual ||
-                        params.feedback == feedback::scaled,
-                    "signsgd: unknown feedback kind ", static_cast<unsigned>(params.feedback));
-  }
+  /// Raises bellows::error naming a parameter out of range (signsgd_params::validate).
+  explicit signsgd_format(const signsgd_params& params) : params_(params) { params.validate(); }
 
   [[nodiscard]] const signsgd_params& params() const noexcept { return params_; }
 

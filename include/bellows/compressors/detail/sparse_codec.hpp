@@ -12,7 +12,6 @@
 #include <cstring>
 #include <optional>
 #include <span>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -33,17 +32,13 @@
 namespace bellows::detail {
 
 /// k for a layer (docs/spec.md#k-from-a-ratio): `count` when it is > 0 (at most n), else
-/// clamp(ceil(ratio * n), 1, n) with ratio in (0, 1]; 0 for a layer with no elements. The
-/// product is computed in double and reduced by a relative 2^-50 before the ceiling, so that a
-/// ratio written in decimal gives the k of that decimal (0.07 of 100 elements is 7, though the
-/// double nearest 0.07 exceeds it). Raises bellows::error naming the layer and the value for a
-/// negative count or a ratio outside (0, 1].
-[[nodiscard]] inline std::size_t kept_count(std::string_view who, const layer_info& layer, double ratio,
-                                            std::int64_t count) {
+/// clamp(ceil(ratio * n), 1, n); 0 for a layer with no elements. The product is computed in
+/// double and reduced by a relative 2^-50 before the ceiling, so that a ratio written in decimal
+/// gives the k of that decimal (0.07 of 100 elements is 7, though the double nearest 0.07
+/// exceeds it). `ratio` and `count` are as check_kept_params accepts them (the compressors
+/// check their parameters at construction).
+[[nodiscard]] inline std::size_t kept_count(const layer_info& layer, double ratio, std::int64_t count) noexcept {
   const std::size_t n = layer.size();
-  BELLOWS_EXPECTS(count >= 0, who, ": layer '", layer.name, "': k must not be negative, got ", count);
-  BELLOWS_EXPECTS(count > 0 || (ratio > 0 && ratio <= 1), who, ": layer '", layer.name,
-                  "': ratio must be in (0, 1], got ", ratio);
   if (n == 0) return 0;
   if (count > 0) return std::min(n, static_cast<std::size_t>(count));
   const double product = ratio * static_cast<double>(n);
@@ -209,8 +204,7 @@ class sparse_codec {
 public:
   explicit sparse_codec(Exec& exec) : exec_(&exec) {}
 
-  /// Validates the parameters for the layer (raising bellows::error that names the layer and
-  /// the value) and sizes its memory and workspace; returns a Derived::state.
+  /// A state for the layer, its memory and workspace sized; returns a Derived::state.
   [[nodiscard]] auto make_state(const layer_info& layer) const {
     typename Derived::state st;
     st.layer = layer;
