@@ -66,6 +66,16 @@ def _config_values(cfg):
     return {field: repr(getattr(cfg, field)) for field in CONFIG_FIELDS}
 
 
+def _shown(value):
+    """A saved configuration value (a repr string) as a user wrote it: a whole float as an integer
+    (a rank of 4 is stored as '4.0')."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return value
+    return str(int(x)) if x.is_integer() else value
+
+
 class State:
     """What the hook keeps between steps: one bellows synchronizer per parameter.
 
@@ -230,7 +240,7 @@ class State:
         if not isinstance(d, dict) or d.get("format") not in (FORMAT, "bellows_torch.State/1"):
             raise ValueError(f"bellows_torch: not a State.state_dict() of this version (format {FORMAT})")
         mine = _config_values(self.config)
-        differ = [f"{k}: saved {d['config'].get(k)!r}, this State {v!r}" for k, v in mine.items()
+        differ = [f"{k}: saved {_shown(d['config'].get(k))}, this State {_shown(v)}" for k, v in mine.items()
                   if d["config"].get(k) != v]
         if differ:
             raise ValueError("bellows_torch: the saved state is of another configuration (" + "; ".join(differ) + ")")

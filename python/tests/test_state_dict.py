@@ -137,8 +137,8 @@ class StateDict(unittest.TestCase):
             self.assertEqual(r["telemetry"][0], r["telemetry"][1])
 
     def test_refusals(self):
-        expected = {"compressor": "family", "levels": "low", "world size": "of 3 ranks", "rank": "this process is rank",
-                    "rank in the bytes": "this is rank",
+        expected = {"compressor": "family", "levels": "low: saved 2, this State 4", "world size": "of 3 ranks",
+                    "rank": "this process is rank", "rank in the bytes": "this is rank",
                     "parameters": "other parameters", "shapes": "other shapes", "bytes": "1.weight"}
         for r in self.results:
             for what, words in expected.items():
