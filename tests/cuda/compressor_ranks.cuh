@@ -44,15 +44,6 @@ struct rank_trace {
   std::uint64_t step = 0;
 };
 
-/// The device error memory of a state, copied back.
-inline std::vector<float> memory_of(const cuda::device_buffer<float>& memory) {
-  std::vector<float> e(memory.size());
-  BELLOWS_CUDA_CHECK(cudaDeviceSynchronize());
-  if (!e.empty())
-    BELLOWS_CUDA_CHECK(cudaMemcpy(e.data(), memory.data(), e.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  return e;
-}
-
 /// `steps` steps of C<cpu::executor>(params) on `ranks` threads over the local collective; the
 /// input of a step is input(step, rank).
 template <template <class> class C, class Params, class Input>

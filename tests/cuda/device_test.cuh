@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the CUDA tests share: the skip when there is no device, and device arrays filled from
-// and read back into host vectors (synchronous copies: tests may wait, the library may not).
+// What the CUDA tests share: the skip when there is no device, device arrays filled from and
+// read back into host vectors, and a state's error memory read back (synchronous copies: tests
+// may wait, the library may not).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "bellows/cuda/buffer.cuh"
 #include "bellows/cuda/check.cuh"
 
 namespace bellows::test {
@@ -40,6 +42,15 @@ inline bool same_draw(const std::vector<float>& got, const std::vector<float>& w
 #else
   return bellows::test::same_bytes(got, want);
 #endif
+}
+
+/// The device error memory of a state, copied back.
+inline std::vector<float> memory_of(const cuda::device_buffer<float>& memory) {
+  std::vector<float> e(memory.size());
+  BELLOWS_CUDA_CHECK(cudaDeviceSynchronize());
+  if (!e.empty())
+    BELLOWS_CUDA_CHECK(cudaMemcpy(e.data(), memory.data(), e.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return e;
 }
 
 /// A device array of T that owns its memory.
