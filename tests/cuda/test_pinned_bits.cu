@@ -60,8 +60,8 @@ struct device_case {
 };
 
 template <class... Cases>
-auto on_device_only(std::tuple<Cases...>)
-    -> decltype(std::tuple_cat(std::declval<std::conditional_t<Cases::method::on_device, std::tuple<Cases>, std::tuple<>>>()...));
+auto on_device_only(std::tuple<Cases...>) -> decltype(std::tuple_cat(
+    std::declval<std::conditional_t<Cases::method::on_device, std::tuple<Cases>, std::tuple<>>>()...));
 
 /// Every example of every listed method that has a device compressor.
 using device_cases = decltype(on_device_only(std::declval<bellows::testing::every_example<device_case>>()));
