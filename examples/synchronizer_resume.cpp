@@ -41,9 +41,9 @@ void train(Sync& sync, bellows::collectives::local& comm, std::size_t from, std:
     (void)sync.end_epoch(0.1f, comm);
     if (comm.rank() == 0) {
       const bellows::layer_telemetry& w = sync.telemetry()[0];
-      std::printf("  epoch %zu: fc.weight at the %s level, %llu steps, %llu bytes sent by rank 0\n", epoch + 1,
-                  bellows::to_string(w.level), static_cast<unsigned long long>(w.steps),
-                  static_cast<unsigned long long>(w.sent.bytes));
+      std::printf("  epoch %zu: fc.weight %s next (top-k %s), %llu steps, %llu bytes sent by rank 0\n", epoch + 1,
+                  bellows::to_string(w.level), w.level == bellows::regime::critical ? "10%" : "1%",
+                  static_cast<unsigned long long>(w.steps), static_cast<unsigned long long>(w.sent.bytes));
     }
   }
 }
