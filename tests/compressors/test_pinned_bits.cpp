@@ -23,15 +23,7 @@ namespace {
 
 using bellows::testing::pinned_row;
 
-/// Example I of method M.
-template <class M, std::size_t I>
-struct pinned_case {
-  using method = M;
-  static constexpr typename M::params params = M::examples[I];
-  static constexpr std::size_t example = I;
-};
-
-using pinned_cases = bellows::testing::every_example<pinned_case>;
+using pinned_cases = bellows::testing::every_example<bellows::testing::pinned_case>;
 
 // The digests of today's CPU compressors, by method, example and layer: W = 1, 2, 3.
 constexpr pinned_row pinned[] = {

@@ -150,6 +150,14 @@ inline const std::array<layer_info, 3> pinned_layers = {
 
 /// A row of a table of pinned digests: example `example` of method `method` on layer `layer`,
 /// the digest for each of pinned_ranks.
+/// Example I of method M, a case of the pinned tests.
+template <class M, std::size_t I>
+struct pinned_case {
+  using method = M;
+  static constexpr typename M::params params = M::examples[I];
+  static constexpr std::size_t example = I;
+};
+
 struct pinned_row {
   std::string_view method;
   std::size_t example;
