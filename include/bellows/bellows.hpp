@@ -17,7 +17,6 @@
 #include "bellows/core/philox.hpp"
 #include "bellows/core/shape.hpp"
 #include "bellows/core/traffic.hpp"
-#include "bellows/core/view.hpp"
 #include "bellows/core/wire.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"

@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <bellows/core/shape.hpp>
-#include <bellows/core/view.hpp>
 
 #include <doctest/doctest.h>
 
@@ -41,24 +40,4 @@ TEST_CASE("shape: overflowing element counts and too many dimensions are refused
   CHECK_THROWS_WITH_AS(bellows::shape({big, big}), doctest::Contains("overflows"), bellows::error);
   CHECK_NOTHROW(bellows::shape({big, 1024}));
   CHECK_THROWS_AS(bellows::shape({1, 1, 1, 1, 1, 1, 1, 1, 1}), bellows::error);
-}
-
-TEST_CASE("tensor_view: carries pointer, shape and memory space") {
-  std::vector<float> data(12, 1.0f);
-  const bellows::tensor_view<float> v(data.data(), bellows::shape{3, 4});
-  CHECK(v.size() == 12);
-  CHECK(v.space() == bellows::memory_space::host);
-  CHECK(v.span().data() == data.data());
-  const bellows::tensor_view<const float> cv = v;
-  CHECK(cv.shape() == bellows::shape{3, 4});
-
-  const bellows::tensor_view<float> dev(data.data(), bellows::shape{12}, bellows::memory_space::device);
-  CHECK(dev.space() == bellows::memory_space::device);
-  CHECK(std::string(bellows::to_string(dev.space())) == "device");
-
-  const bellows::tensor_view<float> from_span{std::span<float>(data)};
-  CHECK(from_span.shape() == bellows::shape{12});
-
-  CHECK_THROWS_AS(bellows::tensor_view<float>(nullptr, bellows::shape{3}), bellows::error);
-  CHECK_NOTHROW(bellows::tensor_view<float>(nullptr, bellows::shape{0}));
 }

@@ -2,11 +2,7 @@
 // What one step of a compressor reports: whether it ran, and the traffic it caused.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
-#include <vector>
-
-#include "bellows/core/error.hpp"
 
 namespace bellows {
 
@@ -42,31 +38,6 @@ enum class step_status : std::uint8_t {
 struct reduce_result {
   step_status status = step_status::ok;
   traffic sent{};
-};
-
-/// Traffic per layer, accumulated over steps, and the total. Sized once for the layers.
-class traffic_log {
-public:
-  explicit traffic_log(std::size_t layers = 0) : per_layer_(layers) {}
-
-  void resize(std::size_t layers) { per_layer_.resize(layers); }
-  [[nodiscard]] std::size_t layers() const noexcept { return per_layer_.size(); }
-
-  void record(std::size_t layer, const traffic& t) { at(layer) += t; }
-  [[nodiscard]] const traffic& layer(std::size_t layer) const { return const_cast<traffic_log*>(this)->at(layer); }
-  [[nodiscard]] traffic total() const noexcept {
-    traffic t;
-    for (const traffic& l : per_layer_) t += l;
-    return t;
-  }
-
-private:
-  traffic& at(std::size_t layer) {
-    if (layer >= per_layer_.size()) fail("traffic_log: layer ", layer, " of ", per_layer_.size());
-    return per_layer_[layer];
-  }
-
-  std::vector<traffic> per_layer_;
 };
 
 }  // namespace bellows
