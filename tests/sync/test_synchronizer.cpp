@@ -961,6 +961,11 @@ TEST_CASE("synchronizer: a checkpoint of other layers names the first that diffe
     CHECK_THROWS_WITH_AS(sync.restore(saved, solo), doctest::Contains(v.says), bellows::wire_error);
     CHECK(sync.checkpoint(solo) == before);
   }
+  // A name of any length round-trips (the reader bounds it by the file's size).
+  auto long_name = with({{std::string(5000, 'w'), shapes[0]}});
+  const auto long_bytes = long_name.checkpoint(solo);
+  CHECK_NOTHROW(long_name.restore(long_bytes, solo));
+  CHECK(long_name.checkpoint(solo) == long_bytes);
   // A version-3 file records only a hash of the layers: its message says so. It records no rank
   // either, and loads at any place.
   const std::vector<std::byte> v3 =

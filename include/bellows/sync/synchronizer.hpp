@@ -303,7 +303,7 @@ private:
         fail<wire_error>("synchronizer: the checkpoint is rank ", rank, "'s of ", world, " ranks, this is rank ",
                          at.rank(), " of ", at.size(),
                          "; each rank loads its own file (load_elastic restarts at another world size)");
-      check_saved_layers(r);
+      check_saved_layers(r, bytes.size());
     } else if (r.get<std::uint64_t>("layer hash") != hash_ || r.get<std::uint64_t>("layer count") != layers_.size()) {
       fail<wire_error>("synchronizer: checkpoint (version ", version,
                        ", which records no layer names) saved for other layers than the ", layers_.size(),
@@ -365,11 +365,11 @@ private:
 
   /// Reads the layer list of a version-4 checkpoint and raises wire_error naming the first layer
   /// that differs from the registered ones (both names and shapes), or the counts.
-  void check_saved_layers(checkpoint_reader& r) const {
+  void check_saved_layers(checkpoint_reader& r, std::size_t file_bytes) const {
     const auto count = r.get<std::uint64_t>("layer count");
-    auto saved_layer = [&r]() {
+    auto saved_layer = [&r, file_bytes]() {
       layer_info l;
-      l.name = r.get_string("layer name");
+      l.name = r.get_string("layer name", file_bytes);  // as long as add_layer took
       const auto dims = r.get<std::uint64_t>("layer dimensions");
       if (dims > shape::max_dims) fail<wire_error>("checkpoint: layer '", l.name, "' has ", dims, " dimensions");
       std::size_t elements = 1;
