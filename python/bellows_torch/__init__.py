@@ -36,12 +36,15 @@ def default_level(compressor):
 # What state_dict() records of the configuration and load_state_dict() requires to match (not
 # `threads`: the executor's threads change no result).
 CONFIG_FIELDS = ("family", "low", "high", "accordion", "eta", "interval", "feedback", "seed",
-                 "min_compression_rate", "warm_start")
+                 "min_compression_rate", "warm_start", "level_change")
+# Fields added after the first format, with the value a dict that lacks them was saved with.
+FIELD_DEFAULTS = {"level_change": repr("keep")}
 FORMAT = "bellows_torch.State/2"  # 2: the rank, here and in each parameter's bytes
 
 
 def config(compressor="powersgd", low=4, high=None, accordion=False, eta=0.5, interval=10,
-           error_feedback="default", seed=0, threads=1, min_compression_rate=2.0, warm_start=True):
+           error_feedback="default", seed=0, threads=1, min_compression_rate=2.0, warm_start=True,
+           level_change="keep"):
     """The configuration of a State (see State for the meaning of each argument)."""
     if compressor not in FAMILIES:
         raise ValueError(f"bellows_torch: compressor must be one of {FAMILIES}, got {compressor!r}")
@@ -57,6 +60,9 @@ def config(compressor="powersgd", low=4, high=None, accordion=False, eta=0.5, in
     cfg.threads = int(threads)
     cfg.min_compression_rate = float(min_compression_rate)
     cfg.warm_start = bool(warm_start)
+    if level_change not in ("keep", "reset"):
+        raise ValueError(f"bellows_torch: level_change must be 'keep' or 'reset', got {level_change!r}")
+    cfg.level_change = level_change
     return cfg
 
 
@@ -92,6 +98,9 @@ class State:
         same on every rank. Each parameter's streams are keyed by the seed and its name.
     threads: threads of the CPU executor bellows' kernels use in each process.
     min_compression_rate, warm_start: PowerSGD's, as in PyTorch's PowerSGDState.
+    level_change: "keep" (default): a layer that Accordion switches keeps its error memory (and
+        PowerSGD's shared query columns); "reset": it starts the new level afresh (memory zero,
+        PowerSGD's query drawn anew), as docs/synchronizer.md describes.
     model: the module (or its DDP wrapper) whose gradients the hook averages. The state is then
         keyed by parameter name and made up front, which state_dict() needs. Without it, a
         gradient is known by its bucket and position ("bucket3.grad1"), and a parameter that DDP
@@ -190,7 +199,9 @@ class State:
         self._state.end_epoch(float(lr))
 
     def telemetry(self):
-        """{key: dict of compressed, level, steps, skipped, bytes, floats} per parameter."""
+        """{key: dict of compressed, level, steps, skipped, bytes, floats, norm} per parameter;
+        norm: Accordion's mean-gradient norm of the parameter at its last check, averaged over the
+        ranks (None before the first check, for an uncompressed parameter, and without Accordion)."""
         self.wait()
         return self._state.telemetry()
 
@@ -240,8 +251,9 @@ class State:
         if not isinstance(d, dict) or d.get("format") not in (FORMAT, "bellows_torch.State/1"):
             raise ValueError(f"bellows_torch: not a State.state_dict() of this version (format {FORMAT})")
         mine = _config_values(self.config)
-        differ = [f"{k}: saved {_shown(d['config'].get(k))}, this State {_shown(v)}" for k, v in mine.items()
-                  if d["config"].get(k) != v]
+        saved_config = {k: d["config"].get(k, FIELD_DEFAULTS.get(k)) for k in mine}
+        differ = [f"{k}: saved {_shown(saved_config[k])}, this State {_shown(v)}" for k, v in mine.items()
+                  if saved_config[k] != v]
         if differ:
             raise ValueError("bellows_torch: the saved state is of another configuration (" + "; ".join(differ) + ")")
         if d["world_size"] != self.world_size or d.get("rank", self.rank) != self.rank:

@@ -200,6 +200,7 @@ public:
   [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
   [[nodiscard]] std::uint64_t epoch() const noexcept { return epoch_; }
   [[nodiscard]] D& detector() noexcept { return detector_; }
+  [[nodiscard]] const D& detector() const noexcept { return detector_; }
   [[nodiscard]] const state_type& state(std::size_t id) const { return states_.at(id); }
 
   /// The whole state (compressor states, detector, counters, telemetry) as checkpoint bytes of

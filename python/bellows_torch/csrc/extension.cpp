@@ -17,11 +17,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -96,6 +98,7 @@ struct hook_config {
   unsigned threads = 1;  ///< threads of the executor the compressors use
   float min_compression_rate = 2.0f;
   bool warm_start = true;
+  std::string level_change = "keep";  ///< keep or reset: a layer's state when Accordion switches its level
 };
 
 /// Key of a parameter's random streams: the seed mixed with an FNV-1a hash of the parameter's
@@ -114,6 +117,9 @@ struct layer_runner {
   virtual void end_epoch(float lr, process_group_collective& coll) = 0;
   virtual void end_epoch(float lr, bellows::collectives::local& coll) = 0;
   [[nodiscard]] virtual bellows::layer_telemetry telemetry() const = 0;
+  /// Accordion's mean-gradient norm of the layer at its last check (NaN before the first check,
+  /// for a layer it does not observe, and without Accordion; telemetry() shows NaN as None).
+  [[nodiscard]] virtual float checked_norm() const = 0;
   /// PowerSGD only: the query Q (m x r column-major, as r rows of m); empty otherwise.
   [[nodiscard]] virtual std::vector<float> query(std::size_t& columns) const = 0;
   /// The synchronizer's checkpoint bytes (compressor state, detector, counters, telemetry) of
@@ -127,9 +133,11 @@ struct layer_runner {
 template <class C, class D>
 class runner final : public layer_runner {
 public:
-  runner(C low, C high, D detector, bellows::cpu::executor& exec, const std::string& name, const bellows::shape& shape)
+  runner(C low, C high, D detector, bellows::level_change change, bellows::cpu::executor& exec, const std::string& name,
+         const bellows::shape& shape)
       : sync_(std::move(low), std::move(high), std::move(detector), exec) {
     sync_.add_layer(name, shape);
+    sync_.set_level_change(change);
   }
   std::uint8_t step(std::span<float> grad, process_group_collective& coll) override {
     return static_cast<std::uint8_t>(sync_.step(std::span<const std::span<float>>(&grad, 1), coll)[0]);
@@ -140,6 +148,13 @@ public:
   void end_epoch(float lr, process_group_collective& coll) override { sync_.end_epoch(lr, coll); }
   void end_epoch(float lr, bellows::collectives::local& coll) override { sync_.end_epoch(lr, coll); }
   [[nodiscard]] bellows::layer_telemetry telemetry() const override { return sync_.telemetry()[0]; }
+  [[nodiscard]] float checked_norm() const override {
+    if constexpr (std::is_same_v<D, bellows::accordion>) {
+      const auto& s = sync_.detector().state();
+      if (s.checks > 0 && sync_.telemetry()[0].participates) return s.norm_prev[0];
+    }
+    return std::numeric_limits<float>::quiet_NaN();
+  }
   [[nodiscard]] std::vector<float> query(std::size_t& columns) const override {
     columns = 0;
     if constexpr (requires(const typename C::state& s) {
@@ -164,15 +179,18 @@ private:
 template <class C>
 std::unique_ptr<layer_runner> with_detector(const hook_config& cfg, C low, C high, bellows::cpu::executor& exec,
                                             const std::string& name, const bellows::shape& shape) {
+  if (cfg.level_change != "keep" && cfg.level_change != "reset")
+    bellows::fail("bellows_torch: level_change must be 'keep' or 'reset', got '", cfg.level_change, "'");
+  const auto change = cfg.level_change == "keep" ? bellows::level_change::keep : bellows::level_change::reset;
   if (cfg.accordion) {
     bellows::accordion_params p;
     p.eta = cfg.eta;
     p.interval = cfg.interval;
     return std::make_unique<runner<C, bellows::accordion>>(std::move(low), std::move(high), bellows::accordion(p, exec),
-                                                           exec, name, shape);
+                                                           change, exec, name, shape);
   }
   return std::make_unique<runner<C, bellows::static_policy>>(
-      std::move(low), std::move(high), bellows::static_policy(bellows::regime::critical), exec, name, shape);
+      std::move(low), std::move(high), bellows::static_policy(bellows::regime::critical), change, exec, name, shape);
 }
 
 /// A level as option text: a whole number without a fraction (a rank or bits), else the shortest
@@ -302,6 +320,8 @@ public:
       d["skipped"] = t.skipped;
       d["bytes"] = t.sent.bytes;
       d["floats"] = t.sent.elements;
+      const float norm = e.runner->checked_norm();
+      d["norm"] = std::isnan(norm) ? py::object(py::none()) : py::object(py::float_(norm));
       out[py::str(name)] = d;
     }
     return out;
@@ -446,7 +466,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("seed", &hook_config::seed)
       .def_readwrite("threads", &hook_config::threads)
       .def_readwrite("min_compression_rate", &hook_config::min_compression_rate)
-      .def_readwrite("warm_start", &hook_config::warm_start);
+      .def_readwrite("warm_start", &hook_config::warm_start)
+      .def_readwrite("level_change", &hook_config::level_change);
   py::class_<hook_state>(m, "HookState")
       .def(py::init<hook_config, const c10::intrusive_ptr<c10d::ProcessGroup>&>())
       .def("add", &hook_state::add)
