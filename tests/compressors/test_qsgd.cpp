@@ -228,6 +228,13 @@ TEST_CASE("qsgd: bad configuration raises bellows::error naming the value") {
   bellows::archetypes::collective solo;
   CHECK_THROWS_WITH_AS((void)c.encode(st, x, {}, 0), doctest::Contains("head.weight"), bellows::error);
   CHECK_THROWS_WITH_AS((void)bellows::qsgd<>().reduce(st, x, solo), doctest::Contains("head.weight"), bellows::error);
+  // A state made with one memory kind, used by a compressor of another (the device checks the same).
+  std::vector<float> y(16), before = y;
+  CHECK_THROWS_WITH_AS((void)bellows::qsgd<>({.feedback = bellows::feedback::residual}).reduce(st, y, solo),
+                       "qsgd: layer 'head.weight' has a state made with feedback none, used by a compressor with "
+                       "feedback residual",
+                       bellows::error);
+  CHECK(y == before);
 }
 
 TEST_CASE("qsgd: a layer of 2^34 elements or more is refused before anything is allocated; sizes below fit") {

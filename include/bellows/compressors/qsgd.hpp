@@ -67,6 +67,7 @@ public:
   template <Collective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     check_size(st, inout.size());
+    st.memory.check_kind("qsgd", st.layer.name, params().feedback);
     if (st.payload.size() * 8 < max_payload_bytes(st)) st.payload.resize((max_payload_bytes(st) + 7) / 8);
     std::span<const float> m = inout;
     if (st.memory.enabled()) {

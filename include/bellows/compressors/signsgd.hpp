@@ -71,9 +71,7 @@ public:
   template <Collective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     check_size(st, inout.size());
-    BELLOWS_EXPECTS(st.memory.kind() == params().feedback, "signsgd: layer '", st.layer.name, "' has a state made ",
-                    "with feedback ", to_string(st.memory.kind()), ", used by a compressor with feedback ",
-                    to_string(params().feedback));
+    st.memory.check_kind("signsgd", st.layer.name, params().feedback);
     if (st.payload.size() * 8 < max_payload_bytes(st)) st.payload.resize((max_payload_bytes(st) + 7) / 8);
     if (st.chunk_sums.size() < cpu::sign_workspace(layout(st))) st.chunk_sums.resize(cpu::sign_workspace(layout(st)));
     std::span<const float> m = inout;

@@ -33,6 +33,13 @@ public:
   [[nodiscard]] std::span<float> values() noexcept { return e_; }
   [[nodiscard]] std::span<const float> values() const noexcept { return e_; }
 
+  /// Raises bellows::error, naming the compressor `who` and the layer, when this memory is not of
+  /// `kind`: a state made by a compressor of one feedback, used by one of another.
+  void check_kind(std::string_view who, std::string_view layer, feedback kind) const {
+    BELLOWS_EXPECTS(kind_ == kind, who, ": layer '", layer, "' has a state made with feedback ", to_string(kind_),
+                    ", used by a compressor with feedback ", to_string(kind));
+  }
+
   /// Called when the trainer's learning rate changes from lr_old to lr_new: a `scaled` memory is
   /// multiplied by lr_old / lr_new, so it stands for the same parameter update; others ignore it.
   void rescale(cpu::executor& exec, float lr_old, float lr_new) {
