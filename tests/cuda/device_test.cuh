@@ -8,21 +8,24 @@
 
 #include <cmath>
 #include <cstddef>
-#include <cstdio>
 #include <cstring>
 #include <span>
 #include <vector>
 
+#include "bellows/cpu/float_array.hpp"
 #include "bellows/cuda/buffer.cuh"
 #include "bellows/cuda/check.cuh"
+#include "bellows/cuda/float_array.cuh"
 
 namespace bellows::test {
 
-/// True when a CUDA device is present; otherwise prints that the test skipped.
-inline bool have_device() {
-  if (bellows::cuda::device_count() > 0) return true;
-  std::printf("[cuda] no CUDA device: device test skipped\n");
-  return false;
+/// True when no CUDA device is present: a test case that needs one is declared
+/// `TEST_CASE("..." * doctest::skip(bellows::test::no_device()))`, so that doctest reports it
+/// skipped, and ctest reports a test binary whose every case skipped as skipped
+/// (tests/CMakeLists.txt), never as passed.
+inline bool no_device() {
+  static const bool none = bellows::cuda::device_count() == 0;
+  return none;
 }
 
 /// True when a and b hold the same bytes (floats: the same bits, NaN included).
@@ -52,6 +55,19 @@ inline std::vector<float> memory_of(const cuda::device_buffer<float>& memory) {
     BELLOWS_CUDA_CHECK(cudaMemcpy(e.data(), memory.data(), e.size() * sizeof(float), cudaMemcpyDeviceToHost));
   return e;
 }
+
+/// A device float_array (a state's memory or PowerSGD's query), copied back.
+inline std::vector<float> memory_of(const cuda::float_array& a) {
+  const std::span<const float> d = a.span();
+  std::vector<float> out(d.size());
+  BELLOWS_CUDA_CHECK(cudaDeviceSynchronize());
+  if (!out.empty())
+    BELLOWS_CUDA_CHECK(cudaMemcpy(out.data(), d.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+/// A host float_array of a CPU state, as a vector.
+inline std::vector<float> memory_of(const cpu::float_array& a) { return {a.span().begin(), a.span().end()}; }
 
 /// A device array of T that owns its memory.
 template <class T>

@@ -28,8 +28,8 @@ std::vector<float> seeded(std::size_t n, unsigned seed) {
 
 }  // namespace
 
-TEST_CASE("cuda elementwise: the CPU kernels' bits, at n = 0, 1 and beyond one grid") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda elementwise: the CPU kernels' bits, at n = 0, 1 and beyond one grid" *
+          doctest::skip(bellows::test::no_device())) {
   bellows::cpu::executor host(2);
   bellows::cuda::executor dev;
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{1000}, std::size_t{5'000'003}}) {
@@ -64,8 +64,8 @@ TEST_CASE("cuda elementwise: the CPU kernels' bits, at n = 0, 1 and beyond one g
   }
 }
 
-TEST_CASE("cuda compensate: m = g + e and a flag for NaN and Inf, wherever they are") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda compensate: m = g + e and a flag for NaN and Inf, wherever they are" *
+          doctest::skip(bellows::test::no_device())) {
   bellows::cuda::executor dev;
   const std::size_t n = 100'001;
   std::vector<float> g = seeded(n, 3), e = seeded(n, 4), want(n);

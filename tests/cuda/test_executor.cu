@@ -32,8 +32,8 @@ TEST_CASE("cuda arena: sizing and carving take the same aligned pieces") {
   CHECK_THROWS_AS(carve(bellows::cuda::arena(buffer, 256 + 799)), bellows::error);
 }
 
-TEST_CASE("cuda executor: the pool grows by reserve() only; a caller's workspace never") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda executor: the pool grows by reserve() only; a caller's workspace never" *
+          doctest::skip(bellows::test::no_device())) {
   bellows::cuda::executor pooled;
   CHECK(pooled.workspace_bytes() == 0);
   pooled.reserve(1000);

@@ -32,8 +32,8 @@ bool same_epochs(const fmnist::run_result& a, const fmnist::run_result& b) {
 
 }  // namespace
 
-TEST_CASE("fmnist demo --backend cuda: the compressed runs average on the device as on the CPU") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("fmnist demo --backend cuda: the compressed runs average on the device as on the CPU" *
+          doctest::skip(bellows::test::no_device())) {
   const fmnist::dataset* data = fmnist::testing::real_data();
   if (data == nullptr) return;
   using fmnist::method;

@@ -22,8 +22,8 @@ struct rank_result {
 
 }  // namespace
 
-TEST_CASE("nccl collective: allreduce_sum and allgather, from host and device memory") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("nccl collective: allreduce_sum and allgather, from host and device memory" *
+          doctest::skip(bellows::test::no_device())) {
   const std::size_t w = static_cast<std::size_t>(bellows::cuda::device_count());
   std::vector<rank_result> results(w);
   bellows::test::on_every_device([&](std::size_t r, bellows::collectives::nccl& coll) {

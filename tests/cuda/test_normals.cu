@@ -13,8 +13,8 @@
 
 #include "device_test.cuh"
 
-TEST_CASE("cuda fill_normals: the CPU's normals from any point of the stream") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda fill_normals: the CPU's normals from any point of the stream" *
+          doctest::skip(bellows::test::no_device())) {
   bellows::cuda::executor dev;
   bellows::cpu::executor host(1);
   const bellows::philox::stream s{0x1234'5678'9abcULL, 7, 3, bellows::philox::stream::shared};

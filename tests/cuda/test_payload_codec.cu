@@ -260,8 +260,8 @@ TEST_CASE("cuda payload codecs: the device members model PayloadCodec") {
   CHECK(true);
 }
 
-TEST_CASE("cuda topk payloads: encode, validate and decode_add equal the CPU's, bit for bit") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda topk payloads: encode, validate and decode_add equal the CPU's, bit for bit" *
+          doctest::skip(bellows::test::no_device())) {
   for (const std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{1000}, std::size_t{4099}}) {
     check_inputs<bellows::topk>(bellows::topk_params{.ratio = 0.05}, n);
     check_inputs<bellows::topk>(bellows::topk_params{.ratio = 0.3, .feedback = bellows::feedback::none}, n, true);
@@ -269,8 +269,8 @@ TEST_CASE("cuda topk payloads: encode, validate and decode_add equal the CPU's, 
   check_inputs<bellows::topk>(bellows::topk_params{.k = 37}, 1000, true);
 }
 
-TEST_CASE("cuda topk payloads in approximate mode: the CPU's sample, count and bytes") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda topk payloads in approximate mode: the CPU's sample, count and bytes" *
+          doctest::skip(bellows::test::no_device())) {
   constexpr auto approximate = bellows::topk_mode::approximate;
   for (const std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{1000}, std::size_t{40'000}}) {
     check_inputs<bellows::topk>(bellows::topk_params{.ratio = 0.05, .mode = approximate, .seed = 9}, n);
@@ -286,8 +286,8 @@ TEST_CASE("cuda topk payloads in approximate mode: the CPU's sample, count and b
   CHECK(longest > bellows::wire::header_bytes + 8 * 200);
 }
 
-TEST_CASE("cuda randk payloads: encode, validate and decode_add equal the CPU's, bit for bit") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda randk payloads: encode, validate and decode_add equal the CPU's, bit for bit" *
+          doctest::skip(bellows::test::no_device())) {
   for (const std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{1000}, std::size_t{4099}}) {
     check_inputs<bellows::randk>(bellows::randk_params{.ratio = 0.05}, n);
     check_inputs<bellows::randk>(bellows::randk_params{.ratio = 0.05, .mode = bellows::randk_mode::per_rank}, n);
@@ -296,8 +296,8 @@ TEST_CASE("cuda randk payloads: encode, validate and decode_add equal the CPU's,
   }
 }
 
-TEST_CASE("cuda qsgd payloads: encode, validate and decode_add equal the CPU's, bit for bit") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda qsgd payloads: encode, validate and decode_add equal the CPU's, bit for bit" *
+          doctest::skip(bellows::test::no_device())) {
   for (const std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{1001}, std::size_t{4099}}) {
     check_inputs<bellows::qsgd>(bellows::qsgd_params{.bits = 2, .bucket = 7}, n);
     check_inputs<bellows::qsgd>(bellows::qsgd_params{.bits = 4, .bucket = 100, .norm = bellows::qsgd_norm::max_abs}, n);
@@ -305,8 +305,8 @@ TEST_CASE("cuda qsgd payloads: encode, validate and decode_add equal the CPU's, 
   }
 }
 
-TEST_CASE("cuda signsgd payloads: encode, validate and decode_add equal the CPU's, bit for bit") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda signsgd payloads: encode, validate and decode_add equal the CPU's, bit for bit" *
+          doctest::skip(bellows::test::no_device())) {
   for (const std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{1001}, std::size_t{5000}}) {
     check_inputs<bellows::signsgd>(bellows::signsgd_params{.bucket = 0}, n);
     check_inputs<bellows::signsgd>(bellows::signsgd_params{.bucket = 7}, n);
@@ -314,8 +314,8 @@ TEST_CASE("cuda signsgd payloads: encode, validate and decode_add equal the CPU'
   }
 }
 
-TEST_CASE("cuda sparse payloads: corrupted ones raise the CPU's wire_error, the accumulator untouched") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda sparse payloads: corrupted ones raise the CPU's wire_error, the accumulator untouched" *
+          doctest::skip(bellows::test::no_device())) {
   // 1000 elements, k = 10: the header, 10 indices (40 bytes), 10 values (40 bytes)
   const std::size_t n = 1000, k = 10, at = bellows::wire::header_bytes;
   const auto sparse_corruptions = [&](std::size_t bytes) {
@@ -363,8 +363,8 @@ TEST_CASE("cuda sparse payloads: corrupted ones raise the CPU's wire_error, the 
   }
 }
 
-TEST_CASE("cuda qsgd and signsgd payloads: corrupted ones raise the CPU's wire_error, the accumulator untouched") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda qsgd and signsgd payloads: corrupted ones raise the CPU's wire_error, the accumulator untouched" *
+          doctest::skip(bellows::test::no_device())) {
   const std::size_t at = bellows::wire::header_bytes;
   {
     // 1001 elements, 2 bits, buckets of 7: 143 scales (572 bytes), 251 code bytes (the last

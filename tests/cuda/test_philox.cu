@@ -28,12 +28,10 @@ __global__ void draw(bellows::philox::stream s, std::uint32_t* words, float* uni
   }
 }
 
-using bellows::test::have_device;
-
 }  // namespace
 
-TEST_CASE("cuda philox: device words, uniforms and normals equal the host's") {
-  if (!have_device()) return;
+TEST_CASE("cuda philox: device words, uniforms and normals equal the host's" *
+          doctest::skip(bellows::test::no_device())) {
   constexpr std::uint32_t n = 1 << 16;
   const bellows::philox::stream s{0x243f6a8885a308d3ULL, 5, 2, 1};
   std::uint32_t* d_words = nullptr;
@@ -67,8 +65,7 @@ TEST_CASE("cuda philox: device words, uniforms and normals equal the host's") {
   CHECK(normal_far == 0);
 }
 
-TEST_CASE("cuda check: a failed call raises cuda_error naming the call") {
-  if (!have_device()) return;
+TEST_CASE("cuda check: a failed call raises cuda_error naming the call" * doctest::skip(bellows::test::no_device())) {
   void* p = nullptr;
   CHECK_THROWS_WITH_AS(BELLOWS_CUDA_CHECK(cudaMalloc(&p, ~std::size_t{0})), doctest::Contains("cudaMalloc"),
                        bellows::cuda_error);

@@ -122,13 +122,10 @@ constexpr pinned_row pinned[] = {
     {"powersgd", 2, "odd", {0x3a395b3cf0eaf247u, 0x8d7ce2b077870148u, 0x3e644aad1beb0ed9u}},
 };
 
-/// No device, no run: the cases report skipped, never passed.
-const bool no_device = bellows::cuda::device_count() == 0;
-
 }  // namespace
 
 TEST_CASE_TEMPLATE_DEFINE("pinned bits: the device compressor's payloads, outputs, memory and checkpoint" *
-                              doctest::skip(no_device),
+                              doctest::skip(bellows::test::no_device()),
                           Case, pinned_device) {
   using M = typename Case::method;
   for (const bellows::layer_info& layer : bellows::testing::pinned_layers) {
@@ -154,7 +151,7 @@ TEST_CASE_TEMPLATE_APPLY(pinned_device, device_cases);
 
 TEST_CASE("pinned bits: the device table has one row per example and layer of each device compressor that sums "
           "in its own order" *
-          doctest::skip(no_device)) {
+          doctest::skip(bellows::test::no_device())) {
   bellows::testing::check_rows(pinned, bellows::compressor_methods{},
                                []<class M>(std::type_identity<M>) { return M::on_device && own_sums<M>(); });
 }

@@ -49,8 +49,8 @@ std::size_t ranks() { return static_cast<std::size_t>(bellows::cuda::device_coun
 
 }  // namespace
 
-TEST_CASE("cuda qsgd: every rank's average, memory and step equal the CPU's, bit for bit") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda qsgd: every rank's average, memory and step equal the CPU's, bit for bit" *
+          doctest::skip(bellows::test::no_device())) {
   using bellows::feedback;
   using bellows::qsgd_norm;
   const std::vector<config> configs = {
@@ -79,8 +79,8 @@ TEST_CASE("cuda qsgd: every rank's average, memory and step equal the CPU's, bit
   }
 }
 
-TEST_CASE("cuda qsgd: a malformed payload raises wire_error on every rank and changes nothing") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda qsgd: a malformed payload raises wire_error on every rank and changes nothing" *
+          doctest::skip(bellows::test::no_device())) {
   // 1001 elements, 2 bits, buckets of 7: 143 scales (572 bytes), 251 code bytes (the last with 2
   // bits used), 1 byte of padding
   const config c{1001, {.bits = 2, .bucket = 7, .feedback = bellows::feedback::residual}, false};
@@ -97,15 +97,14 @@ TEST_CASE("cuda qsgd: a malformed payload raises wire_error on every rank and ch
   }
 }
 
-TEST_CASE("cuda qsgd: wrong streams and sizes are refused before anything runs") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda qsgd: wrong streams and sizes are refused before anything runs" *
+          doctest::skip(bellows::test::no_device())) {
   const config c{100, {.bits = 4, .bucket = 16, .feedback = bellows::feedback::residual}, false};
   bellows::test::check_refusals<bellows::qsgd>(
       c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });
 }
 
-TEST_CASE("cuda qsgd: checkpoints cross backends") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda qsgd: checkpoints cross backends" * doctest::skip(bellows::test::no_device())) {
   const config c{300, {.bits = 8, .bucket = 64, .feedback = bellows::feedback::residual}, false};
   bellows::test::check_checkpoints<bellows::qsgd>(
       c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });

@@ -76,8 +76,8 @@ void compare(std::size_t n, std::size_t bucket, unsigned bits, bellows::bucket_n
 
 }  // namespace
 
-TEST_CASE("cuda quantize_pack and unpack_dequantize: the CPU's bytes, every width, norm and edge") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda quantize_pack and unpack_dequantize: the CPU's bytes, every width, norm and edge" *
+          doctest::skip(bellows::test::no_device())) {
   for (unsigned bits : {2u, 4u, 8u})
     for (auto norm : {bellows::bucket_norm::l2, bellows::bucket_norm::max_abs})
       for (std::size_t bucket : {std::size_t{1}, std::size_t{7}, std::size_t{512}, std::size_t{1000}})
@@ -88,8 +88,8 @@ TEST_CASE("cuda quantize_pack and unpack_dequantize: the CPU's bytes, every widt
           compare(n, bucket, bits, norm, 0.0f);
 }
 
-TEST_CASE("cuda quantize_pack: NaN and Inf give the CPU's scales and raise the flag") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda quantize_pack: NaN and Inf give the CPU's scales and raise the flag" *
+          doctest::skip(bellows::test::no_device())) {
   for (unsigned bits : {2u, 8u})
     for (auto norm : {bellows::bucket_norm::l2, bellows::bucket_norm::max_abs})
       for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()})

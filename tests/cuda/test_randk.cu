@@ -45,8 +45,8 @@ std::size_t ranks() { return static_cast<std::size_t>(bellows::cuda::device_coun
 
 }  // namespace
 
-TEST_CASE("cuda randk: every rank's average, memory and step equal the CPU's, bit for bit") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda randk: every rank's average, memory and step equal the CPU's, bit for bit" *
+          doctest::skip(bellows::test::no_device())) {
   using bellows::feedback;
   const std::vector<config> configs = {
       {0, {.ratio = 0.5}, false},
@@ -79,8 +79,8 @@ TEST_CASE("cuda randk: every rank's average, memory and step equal the CPU's, bi
   }
 }
 
-TEST_CASE("cuda randk: per-rank payloads corrupted in transit raise the CPU validation's wire_error") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda randk: per-rank payloads corrupted in transit raise the CPU validation's wire_error" *
+          doctest::skip(bellows::test::no_device())) {
   const config c{1000, {.ratio = 0.01, .mode = bellows::randk_mode::per_rank, .seed = 4}, false};
   const auto input = [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); };
   const std::size_t at = bellows::wire::header_bytes;  // the 10 indices, then the 10 values
@@ -93,8 +93,8 @@ TEST_CASE("cuda randk: per-rank payloads corrupted in transit raise the CPU vali
   }
 }
 
-TEST_CASE("cuda randk: wrong states, streams and sizes are refused before anything runs") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda randk: wrong states, streams and sizes are refused before anything runs" *
+          doctest::skip(bellows::test::no_device())) {
   CHECK_THROWS_WITH_AS((void)bellows::randk<bellows::cuda::executor>({.unbiased = true}),
                        doctest::Contains("unbiased scaling needs feedback none"), bellows::error);
   const config c{200, {.ratio = 0.1}, false};
@@ -102,8 +102,7 @@ TEST_CASE("cuda randk: wrong states, streams and sizes are refused before anythi
       c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });
 }
 
-TEST_CASE("cuda randk: checkpoints cross backends") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda randk: checkpoints cross backends" * doctest::skip(bellows::test::no_device())) {
   const config c{300, {.ratio = 0.1, .seed = 2}, false};
   bellows::test::check_checkpoints<bellows::randk>(
       c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });

@@ -67,8 +67,8 @@ void compare(std::size_t n, std::size_t k, std::uint32_t step, float bad) {
 
 }  // namespace
 
-TEST_CASE("cuda draw_sample and gather_sample: the CPU's indices, values and residual") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda draw_sample and gather_sample: the CPU's indices, values and residual" *
+          doctest::skip(bellows::test::no_device())) {
   const std::size_t cases[][2] = {
       {0, 0},      {1, 1},    {2, 1},       {10, 3},           {64, 33},         {100, 60},          {1000, 1000},
       {1000, 999}, {4099, 1}, {65536, 655}, {100'003, 50'001}, {1 << 20, 10486}, {3'000'017, 30'001}};
@@ -76,8 +76,8 @@ TEST_CASE("cuda draw_sample and gather_sample: the CPU's indices, values and res
     for (std::uint32_t step : {0u, 1u, 17u}) compare(c[0], c[1], step, 0.0f);
 }
 
-TEST_CASE("cuda gather_sample: NaN or Inf anywhere raises the flag, kept or not") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda gather_sample: NaN or Inf anywhere raises the flag, kept or not" *
+          doctest::skip(bellows::test::no_device())) {
   compare(5000, 50, 3, std::numeric_limits<float>::quiet_NaN());
   compare(5000, 4000, 3, std::numeric_limits<float>::infinity());
 }

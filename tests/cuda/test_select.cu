@@ -95,16 +95,16 @@ std::size_t compare(std::size_t n, std::size_t k, data kind, float bad, std::siz
 
 }  // namespace
 
-TEST_CASE("cuda select_top: the CPU's exact set, values and residual, ties to the lower index") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda select_top: the CPU's exact set, values and residual, ties to the lower index" *
+          doctest::skip(bellows::test::no_device())) {
   const std::size_t cases[][2] = {{0, 0},    {1, 1},       {2, 1},          {100, 7},         {4096, 4096},
                                   {5000, 1}, {5000, 4999}, {100'003, 1000}, {1 << 20, 10486}, {3'000'017, 300'001}};
   for (const auto& c : cases)
     for (data kind : {data::normal, data::few_values, data::zeros}) compare(c[0], c[1], kind, 0.0f);
 }
 
-TEST_CASE("cuda select_top: approximate mode keeps the CPU's set, k to max_count, from the same sample") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda select_top: approximate mode keeps the CPU's set, k to max_count, from the same sample" *
+          doctest::skip(bellows::test::no_device())) {
   // the sample: all of a small layer, 2048 of 100'003 and of 2^20, 4096 of 2^22; with and without
   // t_hi (k > n / 8); ties; mostly zeros (where the CPU takes its exact path)
   const std::size_t cases[][2] = {{100, 7},          {5000, 1},          {5000, 2000},    {100'003, 1000},
@@ -122,8 +122,7 @@ TEST_CASE("cuda select_top: approximate mode keeps the CPU's set, k to max_count
   CHECK(above_k);  // the sampled set was taken, not only the exact fallback
 }
 
-TEST_CASE("cuda select_top: NaN or Inf raises the flag") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda select_top: NaN or Inf raises the flag" * doctest::skip(bellows::test::no_device())) {
   for (const std::size_t most : {100, 125}) {
     compare(10'000, 100, data::normal, std::numeric_limits<float>::quiet_NaN(), most);
     compare(10'000, 100, data::normal, std::numeric_limits<float>::infinity(), most);

@@ -52,8 +52,8 @@ std::size_t ranks() { return static_cast<std::size_t>(bellows::cuda::device_coun
 
 }  // namespace
 
-TEST_CASE("cuda signsgd: every rank's average, memory and step equal the CPU's, bit for bit") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda signsgd: every rank's average, memory and step equal the CPU's, bit for bit" *
+          doctest::skip(bellows::test::no_device())) {
   using bellows::feedback;
   const std::vector<config> configs = {
       {0, {.bucket = 0, .feedback = feedback::residual}, false},
@@ -84,8 +84,8 @@ TEST_CASE("cuda signsgd: every rank's average, memory and step equal the CPU's, 
   }
 }
 
-TEST_CASE("cuda signsgd: a malformed payload raises wire_error on every rank and changes nothing") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda signsgd: a malformed payload raises wire_error on every rank and changes nothing" *
+          doctest::skip(bellows::test::no_device())) {
   // 1001 elements in buckets of 7: 143 scales (572 bytes), 126 sign bytes (the last with 1 bit
   // used), 6 bytes of padding
   const config c{1001, {.bucket = 7, .feedback = bellows::feedback::residual}, false};
@@ -103,15 +103,14 @@ TEST_CASE("cuda signsgd: a malformed payload raises wire_error on every rank and
   }
 }
 
-TEST_CASE("cuda signsgd: wrong streams and sizes are refused before anything runs") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda signsgd: wrong streams and sizes are refused before anything runs" *
+          doctest::skip(bellows::test::no_device())) {
   const config c{100, {.bucket = 16, .feedback = bellows::feedback::residual}, false};
   bellows::test::check_refusals<bellows::signsgd>(
       c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });
 }
 
-TEST_CASE("cuda signsgd: checkpoints cross backends") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda signsgd: checkpoints cross backends" * doctest::skip(bellows::test::no_device())) {
   const config c{300, {.bucket = 64, .feedback = bellows::feedback::residual}, false};
   bellows::test::check_checkpoints<bellows::signsgd>(
       c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });

@@ -142,8 +142,8 @@ std::vector<float> device_orthogonalized(const std::vector<float>& a, std::size_
 
 }  // namespace
 
-TEST_CASE("cuda project_rows and project_cols: the CPU's products within twice a float dot product's bound") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda project_rows and project_cols: the CPU's products within twice a float dot product's bound" *
+          doctest::skip(bellows::test::no_device())) {
   for (const auto [n, m] : shapes)
     for (std::size_t r : {1u, 2u, 3u, 4u, 8u})
       for (bool memory : {false, true}) compare_products(n, m, r, memory, 0);
@@ -152,8 +152,8 @@ TEST_CASE("cuda project_rows and project_cols: the CPU's products within twice a
   compare_products(300, 512, 2, false, 1);
 }
 
-TEST_CASE("cuda reconstruct_update: the CPU's g and e, bit for bit, with and without a memory") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda reconstruct_update: the CPU's g and e, bit for bit, with and without a memory" *
+          doctest::skip(bellows::test::no_device())) {
   bellows::cpu::executor host(2);
   bellows::cuda::executor dev;
   for (const auto [n, m] : shapes) {
@@ -182,8 +182,7 @@ TEST_CASE("cuda reconstruct_update: the CPU's g and e, bit for bit, with and wit
   }
 }
 
-TEST_CASE("cuda orthogonalize: orthonormal columns close to the CPU's") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda orthogonalize: orthonormal columns close to the CPU's" * doctest::skip(bellows::test::no_device())) {
   bellows::cpu::executor host(1);
   for (std::size_t rows : {1u, 5u, 1001u, 8192u}) {
     for (std::size_t rank : {1u, 2u, 3u, 4u, 8u}) {
@@ -204,8 +203,8 @@ TEST_CASE("cuda orthogonalize: orthonormal columns close to the CPU's") {
   }
 }
 
-TEST_CASE("cuda orthogonalize: zero columns stay zero, eps divides as SPEC says, rank-deficient input") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda orthogonalize: zero columns stay zero, eps divides as SPEC says, rank-deficient input" *
+          doctest::skip(bellows::test::no_device())) {
   for (float eps : {0.0f, 1e-8f}) {
     CAPTURE(eps);
     std::vector<float> a = bellows::testing::normal_floats(3 * 10, 1);
@@ -239,8 +238,8 @@ TEST_CASE("cuda orthogonalize: zero columns stay zero, eps divides as SPEC says,
   CHECK_THROWS_AS(bellows::cuda::orthogonalize(dev, three.span(), 3, -1.0f), bellows::error);
 }
 
-TEST_CASE("cuda PowerSGD step: a matrix of rank 2 rebuilt, no error left; two runs give the same bytes") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda PowerSGD step: a matrix of rank 2 rebuilt, no error left; two runs give the same bytes" *
+          doctest::skip(bellows::test::no_device())) {
   // M = u1 v1^T + u2 v2^T split into g and e; rank 4 (two columns more than M needs).
   const std::size_t n = 700, m = 1000, r = 4;
   const auto u = bellows::testing::normal_floats(2 * n, 21), v = bellows::testing::normal_floats(2 * m, 22);
@@ -284,8 +283,8 @@ TEST_CASE("cuda PowerSGD step: a matrix of rank 2 rebuilt, no error left; two ru
   CHECK(far == 0);
 }
 
-TEST_CASE("cuda skinny products refuse factors of the wrong size and a workspace too small") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda skinny products refuse factors of the wrong size and a workspace too small" *
+          doctest::skip(bellows::test::no_device())) {
   bellows::cuda::executor dev;
   device_array<float> g(300 * 3), p(300 * 2), q(3 * 2), bad(5);
   const bellows::compensated_matrix M{g.span(), {}, 300, 3};

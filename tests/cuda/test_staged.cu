@@ -37,8 +37,8 @@ std::size_t on_threads(Body body) {
 
 }  // namespace
 
-TEST_CASE("cuda staged: the local collective's sums and gathers, for device and host memory") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda staged: the local collective's sums and gathers, for device and host memory" *
+          doctest::skip(bellows::test::no_device())) {
   for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{1000}}) {
     CAPTURE(n);
     std::vector<std::vector<float>> want(ranks);

@@ -50,8 +50,8 @@ std::size_t ranks() { return static_cast<std::size_t>(bellows::cuda::device_coun
 
 }  // namespace
 
-TEST_CASE("cuda topk: every rank's average, memory, traffic and step equal the CPU's, bit for bit") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda topk: every rank's average, memory, traffic and step equal the CPU's, bit for bit" *
+          doctest::skip(bellows::test::no_device())) {
   using bellows::feedback;
   constexpr auto approximate = bellows::topk_mode::approximate;
   const std::vector<config> configs = {
@@ -95,8 +95,8 @@ TEST_CASE("cuda topk: every rank's average, memory, traffic and step equal the C
   }
 }
 
-TEST_CASE("cuda topk: a malformed payload raises wire_error on every rank and changes nothing") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda topk: a malformed payload raises wire_error on every rank and changes nothing" *
+          doctest::skip(bellows::test::no_device())) {
   // 1000 elements, k = 10, by allgather: the header, then 10 indices (40 bytes), then 10 values
   const config c{1000, {.ratio = 0.01, .dense_switch = false}, false, false};
   const std::size_t at = bellows::wire::header_bytes;
@@ -114,15 +114,14 @@ TEST_CASE("cuda topk: a malformed payload raises wire_error on every rank and ch
   }
 }
 
-TEST_CASE("cuda topk: wrong states, streams and sizes are refused before anything runs") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda topk: wrong states, streams and sizes are refused before anything runs" *
+          doctest::skip(bellows::test::no_device())) {
   const config c{200, {.ratio = 0.1}, false, false};
   bellows::test::check_refusals<bellows::topk>(
       c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });
 }
 
-TEST_CASE("cuda topk: checkpoints cross backends") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda topk: checkpoints cross backends" * doctest::skip(bellows::test::no_device())) {
   const config c{300, {.ratio = 0.1}, false, false};
   bellows::test::check_checkpoints<bellows::topk>(
       c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });
