@@ -67,8 +67,15 @@ void exercise(Sync&& sync, std::span<const std::byte> bytes, bool elastic) {
   // Memories within a few orders of magnitude of the largest float may overflow in a step (PowerSGD
   // documents where); below 1e30 a step that goes through must give finite values.
   float largest = 0.0f;
-  for (std::size_t id = 0; id < sync.layers(); ++id)
-    for (float e : sync.state(id).memory.values()) largest = std::max(largest, std::abs(e));
+  for (std::size_t id = 0; id < sync.layers(); ++id) {
+    const auto& memory = sync.state(id).memory;  // an error_memory (top-k) or a float_array (PowerSGD)
+    std::span<const float> values;
+    if constexpr (requires { memory.values(); })
+      values = memory.values();
+    else
+      values = memory.span();
+    for (float e : values) largest = std::max(largest, std::abs(e));
+  }
   bellows::archetypes::collective solo;
   const auto statuses = sync.step(views, solo);
   for (std::size_t id = 0; id < grads.size(); ++id) {

@@ -1,20 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 // The four concepts a trainer plugs together: Collective, Compressor, ErrorFeedback and
-// RegimeDetector, and the capabilities the Synchronizer asks for beyond them. Each is a numbered
+// RegimeDetector, the capabilities the Synchronizer asks for beyond them, and Executor, the
+// contract a backend (cpu/, cuda/) keeps with the code written once over it. Each is a numbered
 // list of requirements with a minimal model or its models named beside it; every model in
 // bellows is checked against its concept with a static_assert where it is defined.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "bellows/core/gather_buffer.hpp"
 #include "bellows/core/shape.hpp"
 #include "bellows/core/traffic.hpp"
+#include "bellows/plan/float_array.hpp"
 #include "bellows/plan/regime.hpp"
 
 namespace bellows {
@@ -91,6 +95,13 @@ struct device_collective : collective {
 };
 static_assert(DeviceCollective<device_collective>, "the archetype must model DeviceCollective");
 }  // namespace archetypes
+
+/// CollectiveFor<C, E>: a Collective that code written once over executor E can exchange
+/// through: any Collective for an executor of host memory, a DeviceCollective for one that
+/// enqueues on a stream (E has `stream()`: cuda::executor), so that the exchanges run on the
+/// stream of the kernels around them.
+template <class C, class E>
+concept CollectiveFor = Collective<C> &&(!requires(const E& e) { e.stream(); } || DeviceCollective<C>);
 
 /// Compressor: compresses one layer's gradient, exchanges it through a Collective, and leaves the
 /// average of what every rank contributed.
@@ -244,5 +255,118 @@ concept ObservingDetector = requires(D& d, const D& cd, std::size_t id, std::spa
   { cd.observing(id) } -> std::convertible_to<bool>;
   d.observe_finite(id, grad);
 };
+
+/// Executor: a backend, the part of it that code written once over executors asks for (Accordion,
+/// the Synchronizer's finiteness vote and norms). The algorithm names the operations; the backend
+/// decides where the data lives (host or device memory) and how the work runs (a thread pool, a
+/// CUDA stream). For an executor `e` of type E:
+///  1. `E::shared()` -> E&: a process-wide executor for callers that bring none. An executor is
+///     not copied: algorithms keep its address.
+///  2. `float_array_for<E>` (plan/float_array.hpp), the backend's array of floats:
+///     `A(e, n)` holds n zeros in the backend's memory; `a.span()` (std::span<float>, or of const
+///     float on a const array) and `a.size()`; `a.host(e, staging)` -> std::span<const float>:
+///     the values readable on the host, after everything enqueued before (the one place an
+///     algorithm waits; `staging` is a host vector the backend may copy into, grown only when
+///     too small); `a.assign(e, values)`: host values in, complete on return.
+///  3. Kernels, found by argument-dependent lookup beside E, on spans of the backend's memory
+///     (an algorithm that needs more, as PowerSGD its products, states them beside it):
+///     `fill(e, x, v)`; `copy(e, out, x)`; `scale(e, x, s)`; `divide(e, x, d)` and `divide(e, out, x, d)`;
+///     `add_into(e, x, y)` (x += y); `add(e, out, a, b)`; `subtract(e, out, a, b)`;
+///     `flag_non_finite(e, x, flag)`: *flag (one float of the backend's memory) = 1 when x holds
+///     a NaN or an Inf, else unchanged; `mean_norm(e, x, divisor, out)`: *out = the L2 norm of x
+///     (squares summed in double, in index order) / divisor, or 0 when divisor is 0.
+///  4. Order: kernels run in call order; one may complete after it returns (a device stream),
+///     but before any later kernel or host() on the same executor reads what it wrote.
+///     `e.synchronize()` waits for all of it (before buffers that work may still use are
+///     replaced). Nothing here allocates, except host()'s staging growth and A's construction.
+///  5. Bits: every backend gives the same bits for the same inputs, whatever its thread count or
+///     launch shape (tests/cuda holds the device kernels to the CPU's).
+/// Models: cpu::executor (checked in cpu/float_array.hpp), cuda::executor (cuda/float_array.cuh).
+/// Minimal model: archetypes::executor below (host memory, one thread).
+template <class E>
+concept Executor = requires(E& e, float_array_for<E>& a, const float_array_for<E>& ca, std::span<float> x,
+                            std::span<const float> y, std::vector<float>& staging, float v, double divisor,
+                            float* out) {
+  { E::shared() } -> std::same_as<E&>;
+  requires !std::copy_constructible<E>;
+  e.synchronize();
+  float_array_for<E>(e, std::size_t{1});
+  { a.span() } -> std::same_as<std::span<float>>;
+  { ca.span() } -> std::same_as<std::span<const float>>;
+  { ca.size() } -> std::convertible_to<std::size_t>;
+  { ca.host(e, staging) } -> std::same_as<std::span<const float>>;
+  a.assign(e, y);
+  fill(e, x, v);
+  copy(e, x, y);
+  scale(e, x, v);
+  divide(e, x, v);
+  divide(e, x, y, v);
+  add_into(e, x, y);
+  add(e, x, y, y);
+  subtract(e, x, y, y);
+  flag_non_finite(e, y, out);
+  mean_norm(e, y, divisor, out);
+};
+
+namespace archetypes {
+/// The least an Executor provides: host memory, every kernel run at once on the calling thread.
+struct executor {
+  executor() = default;
+  executor(const executor&) = delete;
+  executor& operator=(const executor&) = delete;
+  static executor& shared() {
+    static executor instance;
+    return instance;
+  }
+  void synchronize() const noexcept {}
+};
+struct float_array {
+  float_array(executor& /*e*/, std::size_t n) : values(n, 0.0f) {}
+  [[nodiscard]] std::span<float> span() noexcept { return values; }
+  [[nodiscard]] std::span<const float> span() const noexcept { return values; }
+  [[nodiscard]] std::size_t size() const noexcept { return values.size(); }
+  [[nodiscard]] std::span<const float> host(executor& /*e*/, std::vector<float>& /*staging*/) const noexcept {
+    return values;
+  }
+  void assign(executor& /*e*/, std::span<const float> from) { std::ranges::copy(from, values.begin()); }
+  std::vector<float> values;
+};
+inline void fill(executor&, std::span<float> x, float v) { std::ranges::fill(x, v); }
+inline void copy(executor&, std::span<float> out, std::span<const float> x) { std::ranges::copy(x, out.begin()); }
+inline void scale(executor&, std::span<float> x, float s) {
+  for (float& v : x) v *= s;
+}
+inline void divide(executor&, std::span<float> x, float d) {
+  for (float& v : x) v /= d;
+}
+inline void divide(executor&, std::span<float> out, std::span<const float> x, float d) {
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = x[i] / d;
+}
+inline void add_into(executor&, std::span<float> x, std::span<const float> y) {
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] += y[i];
+}
+inline void add(executor&, std::span<float> out, std::span<const float> a, std::span<const float> b) {
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = a[i] + b[i];
+}
+inline void subtract(executor&, std::span<float> out, std::span<const float> a, std::span<const float> b) {
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = a[i] - b[i];
+}
+inline void flag_non_finite(executor&, std::span<const float> x, float* flag) {
+  for (const float v : x)
+    if (v - v != 0.0f) *flag = 1.0f;  // NaN - NaN and Inf - Inf are NaN
+}
+inline void mean_norm(executor&, std::span<const float> x, double divisor, float* out) {
+  double squares = 0.0;
+  for (const float v : x) squares += double{v} * v;
+  *out = divisor == 0.0 ? 0.0f : static_cast<float>(std::sqrt(squares) / divisor);
+}
+}  // namespace archetypes
+
+template <>
+struct float_array_of<archetypes::executor> {
+  using type = archetypes::float_array;
+};
+
+static_assert(Executor<archetypes::executor>, "the archetype must model Executor");
 
 }  // namespace bellows

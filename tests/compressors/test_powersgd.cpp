@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -23,6 +24,9 @@ using matrix = std::vector<double>;  // row-major
 bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
+
+/// A state's array (host memory on the CPU) as a vector, to keep and compare.
+std::vector<float> values_of(const bellows::cpu::float_array& a) { return {a.span().begin(), a.span().end()}; }
 
 /// Eigenvalues of a symmetric k x k matrix by cyclic Jacobi rotations, in double.
 std::vector<double> jacobi_eigenvalues(matrix a, std::size_t k) {
@@ -144,7 +148,7 @@ TEST_CASE("powersgd: a matrix of rank <= r is reconstructed in one step, leaving
       for (float v : M) norm2 += static_cast<double>(v) * v;
       CHECK(frobenius2(x, M) <= 1e-10 * norm2);
       double e2 = 0;
-      for (float v : st.memory.values()) e2 += static_cast<double>(v) * v;
+      for (float v : st.memory.span()) e2 += static_cast<double>(v) * v;
       CHECK(e2 <= 1e-10 * norm2);
     }
   }
@@ -181,7 +185,7 @@ TEST_CASE("powersgd: W ranks compute SPEC's step from the same initial query, an
     for (std::size_t k = 0; k < w; ++k) Ms.push_back(bellows::testing::normal_floats(n * m, 50 + k));
     bellows::cpu::executor exec(1);
     const bellows::powersgd<> maker({.rank = r, .seed = 77}, exec);
-    const auto q0 = maker.make_state({2, "conv", shp}).query;
+    const auto q0 = values_of(maker.make_state({2, "conv", shp}).query);
     const auto want = reference_step(Ms, n, m, {q0.begin(), q0.end()}, r);
     std::vector<std::vector<float>> outs(w), same(w);
     local_group group(w);
@@ -245,15 +249,15 @@ TEST_CASE("powersgd: save and load mid-run continue bit for bit") {
       (void)c2.reduce(restored, x, solo);
       CHECK(same_bits(x, first[static_cast<std::size_t>(s - 3)]));
     }
-    CHECK(same_bits(restored.memory.values(), st.memory.values()));
+    CHECK(same_bits(restored.memory.span(), st.memory.span()));
     // A checkpoint of another layer shape, or cut short, is refused and changes nothing.
     auto other = c2.make_state({1, "fc", bellows::shape{16, 100}});
     bellows::checkpoint_reader rd2(w.bytes());
     CHECK_THROWS_AS(c2.load(other, rd2), bellows::wire_error);
     bellows::checkpoint_reader cut(w.bytes().first(w.bytes().size() - 4));
-    const auto before = restored.query;
+    const auto before = values_of(restored.query);
     CHECK_THROWS_AS(c2.load(restored, cut), bellows::wire_error);
-    CHECK(restored.query == before);
+    CHECK(values_of(restored.query) == before);
   }
 }
 
@@ -296,8 +300,8 @@ TEST_CASE("powersgd: all-zero gradients give zeros, never NaN, and the query rec
         std::vector<float> x(600, 0.0f);
         ok &= c.reduce(st, x, comm).status == bellows::step_status::ok;
         for (float v : x) ok &= v == 0.0f;
-        for (float v : st.memory.values()) ok &= v == 0.0f;
-        for (float v : st.query) ok &= std::isfinite(v);
+        for (float v : st.memory.span()) ok &= v == 0.0f;
+        for (float v : st.query.span()) ok &= std::isfinite(v);
       }
       // A rank-1 gradient after the zeros is still found exactly.
       const auto M = low_rank(30, 20, 1, 1.0, 9);
@@ -338,7 +342,7 @@ TEST_CASE("powersgd: layers under the compression-rate rule and 1-D tensors are 
       auto st = c.make_state({0, "bias", shp});
       auto x = bellows::testing::normal_floats(n, comm.rank());
       const auto res = c.reduce(st, x, comm);
-      const bool ok = !st.compressed() && !c.compresses(st) && st.memory.values().empty() &&
+      const bool ok = !st.compressed() && !c.compresses(st) && st.memory.span().empty() &&
                       c.aggregation(st) == bellows::aggregation::allreduce && x == expected &&
                       res.sent == bellows::traffic{4 * (n + 1), n + 1, n} && comm.allreduce().calls == 1;
       if (ok) ++right;
@@ -374,14 +378,14 @@ TEST_CASE("powersgd: a non-finite step changes neither e, Q nor the step counter
     auto st = c.make_state({0, "fc", bellows::shape{40, 30}});
     auto x = bellows::testing::normal_floats(1200, comm.rank());
     (void)c.reduce(st, x, comm);
-    const auto e = std::vector<float>(st.memory.values().begin(), st.memory.values().end());
-    const auto q = st.query;
+    const auto e = std::vector<float>(st.memory.span().begin(), st.memory.span().end());
+    const auto q = values_of(st.query);
     auto bad = bellows::testing::normal_floats(1200, 9 + comm.rank());
     if (comm.rank() == 0) bad[1199] = std::numeric_limits<float>::infinity();
     const auto input = bad;
     const auto res = c.reduce(st, bad, comm);
     if (res.status == bellows::step_status::non_finite && st.step == 1 && same_bits(bad, input) &&
-        same_bits(st.memory.values(), e) && same_bits(st.query, q))
+        same_bits(st.memory.span(), e) && same_bits(st.query.span(), q))
       ++right;
   });
   CHECK(right == 2);
@@ -392,21 +396,21 @@ TEST_CASE("powersgd: a rank change keeps the shared columns of Q and draws the o
   bellows::archetypes::collective solo;
   const bellows::layer_info layer{4, "conv", bellows::shape{64, 32, 3, 3}};
   const bellows::powersgd<> r4({.rank = 4, .seed = 3}, exec), r2({.rank = 2, .seed = 3}, exec);
-  const auto fresh4 = r4.make_state(layer).query;
+  const auto fresh4 = values_of(r4.make_state(layer).query);
   auto st = r2.make_state(layer);
   const std::size_t m = layer.shape.cols();
-  CHECK(std::equal(st.query.begin(), st.query.end(), fresh4.begin()));  // drawn alike
+  CHECK(std::equal(st.query.span().begin(), st.query.span().end(), fresh4.begin()));  // drawn alike
   auto x = bellows::testing::normal_floats(layer.size(), 1);
   bellows::powersgd<> low({.rank = 4, .seed = 3}, exec), high({.rank = 2, .seed = 3}, exec);
   (void)high.reduce(st, x, solo);
-  const auto evolved = st.query;
-  const auto e = std::vector<float>(st.memory.values().begin(), st.memory.values().end());
+  const auto evolved = values_of(st.query);
+  const auto e = std::vector<float>(st.memory.span().begin(), st.memory.span().end());
   low.set_rank(st, 4);
   CHECK(st.rank == 4);
-  CHECK(std::equal(evolved.begin(), evolved.end(), st.query.begin()));
-  CHECK(std::equal(st.query.begin() + static_cast<std::ptrdiff_t>(2 * m), st.query.end(),
+  CHECK(std::equal(evolved.begin(), evolved.end(), st.query.span().begin()));
+  CHECK(std::equal(st.query.span().begin() + static_cast<std::ptrdiff_t>(2 * m), st.query.span().end(),
                    fresh4.begin() + static_cast<std::ptrdiff_t>(2 * m)));
-  CHECK(same_bits(st.memory.values(), e));
+  CHECK(same_bits(st.memory.span(), e));
   // Running a state through an instance of another rank switches it the same way (Accordion).
   auto st2 = r2.make_state(layer);
   auto y = bellows::testing::normal_floats(layer.size(), 1);
@@ -454,7 +458,7 @@ TEST_CASE("powersgd: two steps agree with PyTorch's hook arithmetic from the sam
     bellows::powersgd<> c({.rank = t.rank}, exec);
     auto st = c.make_state({0, "fc", bellows::shape{n, m}});
     REQUIRE(st.query.size() == m * t.rank);
-    std::copy_n(t.q0, m * t.rank, st.query.begin());
+    std::copy_n(t.q0, m * t.rank, st.query.span().begin());
     const float* g[] = {ref::g1, ref::g2};
     const float* out[] = {t.out1, t.out2};
     const float* e[] = {t.e1, t.e2};
@@ -464,7 +468,7 @@ TEST_CASE("powersgd: two steps agree with PyTorch's hook arithmetic from the sam
       REQUIRE(c.reduce(st, x, solo).status == bellows::step_status::ok);
       for (std::size_t i = 0; i < n * m; ++i) {
         CHECK(std::abs(x[i] - out[s][i]) <= 2e-5);
-        CHECK(std::abs(st.memory.values()[i] - e[s][i]) <= 2e-5);
+        CHECK(std::abs(st.memory.span()[i] - e[s][i]) <= 2e-5);
       }
     }
   }
@@ -538,13 +542,38 @@ TEST_CASE("powersgd: a summed Q that overflows (finite M near the largest float)
     auto st = c.make_state({0, "fc", bellows::shape{rows, cols}});
     std::vector<float> x(rows * cols, 1.0f);
     for (std::size_t i = 0; i < rows; ++i) x[i * cols] = 1e38f;
-    const auto input = x, query = st.query;
+    const auto input = x;
+    const auto query = values_of(st.query);
     bool ok = st.compressed() && c.reduce(st, x, comm).status == bellows::step_status::non_finite;
-    ok = ok && x == input && st.query == query && st.step == 0;
-    for (float e : st.memory.values()) ok = ok && e == 0.0f;
+    ok = ok && x == input && values_of(st.query) == query && st.step == 0;
+    for (float e : st.memory.span()) ok = ok && e == 0.0f;
     auto fine = bellows::testing::normal_floats(rows * cols, comm.rank());
     ok = ok && c.reduce(st, fine, comm).status == bellows::step_status::ok && st.step == 1;
     if (ok) ++right;
   });
   CHECK(right == static_cast<int>(w));
+}
+
+TEST_CASE("powersgd: rescale multiplies a scaled memory by lr_old / lr_new and leaves a residual one") {
+  for (const bellows::feedback kind : {bellows::feedback::scaled, bellows::feedback::residual}) {
+    CAPTURE(bellows::to_string(kind));
+    bellows::cpu::executor exec(1);
+    bellows::powersgd<> c({.rank = 2, .feedback = kind}, exec);
+    auto st = c.make_state({0, "fc", bellows::shape{24, 40}});
+    auto g = bellows::testing::normal_floats(24 * 40, 11);
+    bellows::archetypes::collective solo;
+    REQUIRE(c.reduce(st, g, solo).status == bellows::step_status::ok);
+    const auto before = values_of(st.memory);
+    REQUIRE(!std::ranges::all_of(before, [](float e) { return e == 0.0f; }));
+    std::vector<float> want = before;
+    const float lr_old = 0.1f, lr_new = 0.03f;
+    if (kind == bellows::feedback::scaled)
+      for (float& e : want) e *= lr_old / lr_new;
+    c.rescale(st, lr_old, lr_new);
+    CHECK(same_bits(st.memory.span(), want));
+    c.rescale(st, lr_new, lr_new);  // no change of rate
+    CHECK(same_bits(st.memory.span(), want));
+    CHECK_THROWS_WITH_AS(c.rescale(st, 0.0f, lr_new), doctest::Contains("must be > 0"), bellows::error);
+    CHECK(same_bits(st.memory.span(), want));
+  }
 }

@@ -107,9 +107,9 @@ run_result run_on_cpu(const config& c, std::size_t count, Before before, const s
       t.sent.push_back(r.sent);
       t.out.push_back(g);
     }
-    t.memory.assign(st.memory.values().begin(), st.memory.values().end());
+    t.memory = bellows::test::memory_of(st.memory);
     t.step = st.step;
-    out.query[comm.rank()] = st.query;
+    out.query[comm.rank()] = bellows::test::memory_of(st.query);
     out.rank[comm.rank()] = st.rank;
   });
   return out;
@@ -236,8 +236,8 @@ void check_ranks_agree(const run_result& got) {
 
 using namespace powersgd_test;
 
-TEST_CASE("cuda powersgd: statuses, traffic, steps exact; dense layers bit for bit; the rest within the bound") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda powersgd: statuses, traffic, steps exact; dense layers bit for bit; the rest within the bound" *
+          doctest::skip(bellows::test::no_device())) {
   using bellows::feedback;
   using bellows::shape;
   const std::vector<config> configs = {
@@ -277,8 +277,8 @@ TEST_CASE("cuda powersgd: statuses, traffic, steps exact; dense layers bit for b
   }
 }
 
-TEST_CASE("cuda powersgd: a step whose finite input overflows the summed factors is skipped on every rank") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda powersgd: a step whose finite input overflows the summed factors is skipped on every rank" *
+          doctest::skip(bellows::test::no_device())) {
   // M is c = 3e37 in column 0 of every row: P = M Q is c q_0 per row (|q_0| < 1, finite), and so
   // is its sum over three ranks and its norm; P normalised is 1 / 8 per row, so Q = M^T P is 8 c
   // in row 0 per rank and the summed Q, 24 c, overflows: the second check skips the step.
@@ -296,8 +296,8 @@ TEST_CASE("cuda powersgd: a step whose finite input overflows the summed factors
   }
 }
 
-TEST_CASE("cuda powersgd: rank changes keep the memory and the shared columns of Q, as on the CPU") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda powersgd: rank changes keep the memory and the shared columns of Q, as on the CPU" *
+          doctest::skip(bellows::test::no_device())) {
   // 64 x 48 at rank 2 -> rank 30 (left uncompressed: the memory goes out with g, then is zero)
   // -> rank 1 (the first column kept) -> rank 4 (three columns drawn) -> rank 2, each step's
   // compressor another instance, as Accordion switches a layer.
@@ -332,7 +332,7 @@ TEST_CASE("cuda powersgd: rank changes keep the memory and the shared columns of
   auto st = ps.make_state(layer_of(c));
   auto host_st = on_host.make_state(layer_of(c));
   const std::vector<float> first = bellows::test::memory_of(st.query);
-  CHECK(bellows::test::same_draw(first, host_st.query));
+  CHECK(bellows::test::same_draw(first, bellows::test::memory_of(host_st.query)));
   ps.set_rank(st, 1);
   on_host.set_rank(host_st, 1);
   CHECK(bellows::test::same_bytes(bellows::test::memory_of(st.query),
@@ -341,7 +341,7 @@ TEST_CASE("cuda powersgd: rank changes keep the memory and the shared columns of
   on_host.set_rank(host_st, 4);
   const std::vector<float> four = bellows::test::memory_of(st.query);
   CHECK(st.rank == 4);
-  CHECK(bellows::test::same_draw(four, host_st.query));
+  CHECK(bellows::test::same_draw(four, bellows::test::memory_of(host_st.query)));
   CHECK(bellows::test::same_bytes(std::vector<float>(four.begin(), four.begin() + 48),
                                   std::vector<float>(first.begin(), first.begin() + 48)));
   ps.set_rank(st, 30);
@@ -350,8 +350,8 @@ TEST_CASE("cuda powersgd: rank changes keep the memory and the shared columns of
   CHECK(bellows::test::memory_of(st.memory).size() == c.shape.size());
 }
 
-TEST_CASE("cuda powersgd: wrong parameters, streams and sizes are refused before anything runs") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda powersgd: wrong parameters, streams and sizes are refused before anything runs" *
+          doctest::skip(bellows::test::no_device())) {
   using device_powersgd = bellows::powersgd<bellows::cuda::executor>;
   CHECK_THROWS_WITH_AS(device_powersgd({.rank = 0}), doctest::Contains("rank must be >= 1"), bellows::error);
   CHECK_THROWS_WITH_AS(device_powersgd({.min_compression_rate = 0.0f}), doctest::Contains("min_compression_rate"),
@@ -388,8 +388,8 @@ TEST_CASE("cuda powersgd: wrong parameters, streams and sizes are refused before
   CHECK(right == ranks());
 }
 
-TEST_CASE("cuda powersgd: checkpoints cross backends; a bad one changes nothing") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda powersgd: checkpoints cross backends; a bad one changes nothing" *
+          doctest::skip(bellows::test::no_device())) {
   const config c{"checkpoint", bellows::shape{20, 12}, {.rank = 3, .seed = 12}};
   // A CPU record after two steps of one rank, with column 1 of Q zeroed: warm start draws it again.
   std::vector<std::byte> record;
@@ -403,7 +403,7 @@ TEST_CASE("cuda powersgd: checkpoints cross backends; a bad one changes nothing"
         std::vector<float> g = gradient(c, s, 5);
         (void)ps.reduce(st, g, comm);
       }
-      std::fill_n(st.query.begin() + 12, 12, 0.0f);
+      std::fill_n(st.query.span().begin() + 12, 12, 0.0f);
       bellows::checkpoint_writer out;
       ps.save(st, out);
       record.assign(out.bytes().begin(), out.bytes().end());
@@ -420,8 +420,7 @@ TEST_CASE("cuda powersgd: checkpoints cross backends; a bad one changes nothing"
   auto loaded = reader.make_state(layer_of(c));
   bellows::checkpoint_reader record_in(record);
   reader.load(loaded, record_in);
-  check_close(got, want,
-              tolerance(c, want, std::vector<float>(loaded.memory.values().begin(), loaded.memory.values().end())));
+  check_close(got, want, tolerance(c, want, bellows::test::memory_of(loaded.memory)));
   CHECK(got.traces[0].step == 4);
 
   std::atomic<std::size_t> right{0};
@@ -441,9 +440,8 @@ TEST_CASE("cuda powersgd: checkpoints cross backends; a bad one changes nothing"
     bellows::checkpoint_reader back(saved.bytes());
     on_host.load(host_st, back);
     ok &= host_st.step == 2 && host_st.rank == 3 &&
-          bellows::test::same_bytes(host_st.query, bellows::test::memory_of(st.query)) &&
-          bellows::test::same_bytes(std::vector<float>(host_st.memory.values().begin(), host_st.memory.values().end()),
-                                    bellows::test::memory_of(st.memory));
+          bellows::test::same_bytes(bellows::test::memory_of(host_st.query), bellows::test::memory_of(st.query)) &&
+          bellows::test::same_bytes(bellows::test::memory_of(host_st.memory), bellows::test::memory_of(st.memory));
     // a record of a higher rank than the layer allows: wire_error, nothing changed
     bellows::checkpoint_writer bad;
     bad.put<std::uint64_t>(13);

@@ -29,6 +29,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "random.hpp"
@@ -241,7 +242,10 @@ template <class M>
       d.step(r, g);
     }
     std::span<const float> memory;
-    if constexpr (requires { st.memory.values(); }) memory = st.memory.values();
+    if constexpr (requires { st.memory.values(); })
+      memory = st.memory.values();  // an error_memory
+    else if constexpr (requires { st.memory.span(); })
+      memory = std::as_const(st.memory).span();  // a host float_array (PowerSGD)
     checkpoint_writer record;
     if constexpr (CheckpointedCompressor<decltype(c)>) c.save(st, record);
     d.finish(memory, record.bytes());

@@ -692,17 +692,17 @@ TEST_CASE("synchronizer: level change keep carries a switching layer's state ove
   const auto fresh1 = rank1.make_state(keep.layer(0));
   // keep: the memory and the first query column of the rank-4 state are still there.
   const auto& kept = keep.state(0);
-  CHECK(!all_zero(kept.memory.values()));
+  CHECK(!all_zero(kept.memory.span()));
   CHECK(kept.step == 2);
   // reset: memory zero, query = the fresh rank-1 draw, the step counter carried over.
   const auto& was_reset = reset.state(0);
-  CHECK(all_zero(was_reset.memory.values()));
+  CHECK(all_zero(was_reset.memory.span()));
   CHECK(was_reset.query == fresh1.query);
   CHECK(was_reset.step == 2);
   // The warm-started query has moved away from the first draw.
-  CHECK(!std::ranges::equal(std::span(kept.query).first(30), fresh1.query));
+  CHECK(!std::ranges::equal(kept.query.span().first(30), fresh1.query.span()));
   // A layer that did not switch is untouched by reset.
-  CHECK(copy_of(reset.state(2).memory.values()) == copy_of(keep.state(2).memory.values()));
+  CHECK(copy_of(reset.state(2).memory.span()) == copy_of(keep.state(2).memory.span()));
   CHECK(reset.state(2).query == keep.state(2).query);
 
   // The next step of the reset layer equals a rank-1 compressor's on a fresh state, bit for bit.
@@ -719,14 +719,14 @@ TEST_CASE("synchronizer: level change keep carries a switching layer's state ove
   (void)reset.step(v, solo);
   (void)reset.end_epoch(0.1f, solo);
   CHECK(reset.state(0).query == rank4.make_state(reset.layer(0)).query);
-  CHECK(all_zero(reset.state(0).memory.values()));
+  CHECK(all_zero(reset.state(0).memory.span()));
   CHECK(reset.state(0).step == 4);
   // keep, the same way back: the column rank 1 trained and the memory stay; the next rank-4 step
   // draws only columns 1 to 3.
   train_epoch(keep, 1);
   CHECK(keep.state(0).query.size() == 30);
   CHECK(keep.state(0).query != fresh1.query);
-  CHECK(!all_zero(keep.state(0).memory.values()));
+  CHECK(!all_zero(keep.state(0).memory.span()));
 }
 
 TEST_CASE("synchronizer: top-k under level change reset zeroes the memory of a switching layer only") {
@@ -904,7 +904,7 @@ TEST_CASE("synchronizer: the elastic restart keeps levels, detector and counters
     bool ok = sync.epoch() == 1 && sync.steps() == 2 && sync.detector().seen == seen0;
     for (std::size_t id = 0; id < 3; ++id) {
       ok = ok && sync.telemetry()[id].level == levels0[id] && sync.telemetry()[id].steps == 2;
-      ok = ok && sync.state(id).step == 2 && all_zero(sync.state(id).memory.values());
+      ok = ok && sync.state(id).step == 2 && all_zero(sync.state(id).memory.span());
     }
     // The same state as a fresh synchronizer of each layer's level (PowerSGD's fresh query).
     auto fresh = make_switching_powersgd(bellows::level_change::keep);
@@ -915,7 +915,7 @@ TEST_CASE("synchronizer: the elastic restart keeps levels, detector and counters
     std::vector<std::span<float>> v(g.begin(), g.end());
     for (const bellows::step_status st : sync.step(v, comm)) ok = ok && st == bellows::step_status::ok;
     (void)sync.end_epoch(0.1f, comm);
-    ok = ok && sync.epoch() == 2 && !all_zero(sync.state(0).memory.values());
+    ok = ok && sync.epoch() == 2 && !all_zero(sync.state(0).memory.span());
     if (ok) ++right;
   });
   CHECK(right == 2);

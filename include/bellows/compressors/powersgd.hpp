@@ -6,6 +6,12 @@
 //   M = g + e; orthogonalise Q; P = M Q; allreduce_sum(P); orthogonalise P;
 //   Q = M^T P; allreduce_sum(Q); Q = Q / W; out = P Q^T; e = M - out
 //
+// Written once over the executor: powersgd<cpu::executor> keeps its state in host memory,
+// powersgd<cuda::executor> (compressors/powersgd.cuh brings its kernels) in device memory, with
+// a DeviceCollective exchanging on the executor's stream. The backends' kernels give the same
+// statuses, counters, traffic and dense averages; the products sum in another order on the
+// device (cuda/skinny_gemm.cuh), so P, Q and what is built from them agree within rounding.
+//
 // Per layer, the matrix view is n = d0 rows by m = d1 * ... * dk columns. A layer is compressed
 // only when (n + m) r' min_compression_rate < n m, with r' = min(r, n, m); 1-D tensors and
 // scalars never are. Layers left uncompressed are averaged by one allreduce and keep no memory;
@@ -16,14 +22,16 @@
 //
 // Non-finite input: one float appended to the P allreduce carries each rank's verdict (is its
 // local P finite? a NaN or Inf anywhere in row i of M makes row i of P non-finite), so the ranks
-// agree in their first exchange. Until that exchange shows every rank finite, the step writes
-// only workspace; then every rank commits. Finite values overflow nowhere while
+// agree in their first exchange. The summed verdict and the summed P go into one flag in the
+// backend's memory, read on the host: the step's first wait (the second reads the summed Q's
+// flag, which catches M^T P overflowing where M is finite). Until both show every rank finite,
+// the step writes only workspace; then every rank commits. Finite values overflow nowhere while
 // |M| <= FLT_MAX / (1 + sqrt(n)) (|Q|, |out| <= sqrt(n) max |M|); beyond that, a summed Q that
 // overflowed skips the step the same way on every rank, but out = P Q^T or e = M - out may
-// still overflow.
+// still overflow. A layer averaged dense: m = g (+ e) and its verdict in one pass, the verdict
+// appended, one allreduce of n + 1 floats, the summed verdict read (one wait), g = sums / W, e = 0.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -41,81 +49,118 @@
 #include "bellows/core/traffic.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
+#include "bellows/cpu/float_array.hpp"
 #include "bellows/cpu/gram_schmidt.hpp"
 #include "bellows/cpu/normals.hpp"
 #include "bellows/cpu/skinny_gemm.hpp"
-#include "bellows/feedback/error_feedback.hpp"
+#include "bellows/plan/float_array.hpp"
 
 namespace bellows {
 
 template <class Exec = cpu::executor>
 class powersgd : public detail::powersgd_common<powersgd<Exec>, Exec> {
+  static_assert(Executor<Exec> && detail::LowRankExecutor<Exec>,
+                "powersgd<Exec>: Exec must model Executor and provide the low-rank kernels (detail::LowRankExecutor)");
   using base = detail::powersgd_common<powersgd<Exec>, Exec>;
+  using array = float_array_for<Exec>;
   friend base;
 
 public:
-  /// One layer: sizes, rank and step counter (powersgd_layer); the error memory e, the query Q
-  /// and workspace, all sized at make_state.
+  /// One layer: sizes, rank and step counter (powersgd_layer); in the backend's memory the error
+  /// memory e, the query Q and the workspaces, all sized at make_state.
   struct state : detail::powersgd_layer {
-    error_memory memory;          ///< e (n x m, row-major) of a compressed layer, if feedback is on
-    std::vector<float> query;     ///< Q, m x (columns held) column-major, kept between steps
-    std::vector<float> next;      ///< workspace: this step's Q, swapped into `query` on commit
-    std::vector<float> exchange;  ///< workspace: P (n x r') and the non-finite vote, or the dense buffer
+    array memory;                ///< e (n x m, row-major) once compressed with feedback on; else empty
+    array query;                 ///< Q, m x (columns held) column-major, kept between steps
+    array next;                  ///< workspace: this step's Q, swapped into `query` on commit
+    array exchange;              ///< workspace: P (n x r') and the verdict, or the dense sums and it
+    array flag;                  ///< workspace: one float, set when something is not finite
+    std::vector<float> staging;  ///< the flag read back, where the backend's memory is not the host's
   };
+
+  static constexpr const char* name = "powersgd";
 
   explicit powersgd(const powersgd_params& params = {}, Exec& exec = Exec::shared()) : base(params, exec) {}
 
-  template <Collective Coll>
+  /// One step (a collective call; see the file's comment). Waits for the executor twice for a
+  /// compressed layer (the verdicts), once for a dense one. Reallocates first when this
+  /// compressor's rank gives the layer another r' than the state's.
+  template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    BELLOWS_EXPECTS(inout.size() == st.layer.size(), "powersgd: layer '", st.layer.name, "' of shape ",
+    BELLOWS_EXPECTS(inout.size() == st.layer.size(), name, ": layer '", st.layer.name, "' of shape ",
                     st.layer.shape.to_string(), " has ", st.layer.size(), " elements, the buffer ", inout.size());
+    if constexpr (requires { coll.stream(); })
+      BELLOWS_EXPECTS(coll.stream() == this->exec_->stream(), name, ": layer '", st.layer.name,
+                      "': the collective and the executor enqueue on different streams; give both the same one");
     this->follow_rank(st);
     return st.compressed() ? reduce_low_rank(st, inout, coll) : reduce_dense(st, inout, coll);
   }
 
-  /// Appends what a layer carries from step to step: r', step, e (if any) and Q.
+  /// When the trainer's learning rate changes from lr_old to lr_new: a feedback::scaled memory
+  /// is multiplied by lr_old / lr_new, so that it stands for the same parameter update; other
+  /// memories are left alone.
+  void rescale(state& st, float lr_old, float lr_new) const {
+    BELLOWS_EXPECTS(lr_old > 0 && lr_new > 0, name, ": learning rates must be > 0, got ", lr_old, " and ", lr_new);
+    if (this->params_.feedback == feedback::scaled && lr_old != lr_new)
+      scale(*this->exec_, st.memory.span(), lr_old / lr_new);
+  }
+
+  /// Appends what a layer carries from step to step: r', step, e (if any) and Q; the same record
+  /// on every backend, so either reads what the other wrote. Waits for the executor.
   void save(const state& st, checkpoint_writer& out) const {
-    detail::write_powersgd_record(out, st.rank, st.step, st.memory.values(), st.query, st.cols);
+    std::vector<float> memory, query;
+    detail::write_powersgd_record(out, st.rank, st.step, st.memory.host(*this->exec_, memory),
+                                  st.query.host(*this->exec_, query), st.cols);
   }
 
   /// Reads what save wrote for the same layer. All of it is checked (ranks within the layer's,
-  /// array sizes) before the state changes; a mismatch raises bellows::wire_error.
+  /// array sizes, finite values) before the state changes; a mismatch raises
+  /// bellows::wire_error. Waits for the executor.
   void load(state& st, checkpoint_reader& in) const {
-    detail::powersgd_record rec = detail::read_powersgd_record(st.layer, in);
-    state next = st;
-    next.step = rec.step;
-    if (rec.memory.empty()) {
-      next.memory = error_memory();
-    } else {
-      if (next.memory.values().empty())
-        next.memory = error_memory(
-            this->params_.feedback == feedback::none ? feedback::residual : this->params_.feedback, st.layer.size());
-      std::ranges::copy(rec.memory, next.memory.values().begin());
-    }
-    next.query = std::move(rec.query);
-    next.rank = 0;
-    resize(next, static_cast<std::size_t>(rec.rank));  // a record of rank 0 sizes the dense buffer too
-    st = std::move(next);
+    const detail::powersgd_record rec = detail::read_powersgd_record(st.layer, in);
+    array memory(*this->exec_, rec.memory.size()), query(*this->exec_, rec.query.size());
+    memory.assign(*this->exec_, rec.memory);
+    query.assign(*this->exec_, rec.query);
+    st.memory = std::move(memory);
+    st.query = std::move(query);
+    st.step = rec.step;
+    st.rank = 0;
+    resize(st, static_cast<std::size_t>(rec.rank));  // a record of rank 0 sizes the dense buffer too
   }
 
 private:
-  /// Sizes a state for effective rank r (0: uncompressed): the memory once it is first
-  /// compressed, Q keeping the columns it holds, and the workspaces.
+  /// Sizes a state for effective rank r (0: uncompressed): the memory (zero) once it is first
+  /// compressed, Q keeping the first min(held, r) columns it holds and the others drawn, and the
+  /// workspaces. Waits for the executor before it replaces anything.
   void resize(state& st, std::size_t r) const {
+    Exec& exec = *this->exec_;
     const std::size_t n = st.rows, m = st.cols;
+    if (st.flag.size() == 0) st.flag = array(exec, 1);
     st.rank = r;
     if (r == 0) {
-      st.exchange.assign(detail::checked_add(st.layer.size(), 1, "powersgd: layer '", st.layer.name, "'"), 0.0f);
+      array exchange(exec, detail::checked_add(st.layer.size(), 1, "powersgd: layer '", st.layer.name, "'"));
+      exec.synchronize();  // work enqueued before may still use the buffer replaced
+      st.exchange = std::move(exchange);
       return;
     }
     detail::check_powersgd_sizes(st.layer, r);
-    if (st.memory.values().empty() && this->params_.feedback != feedback::none)
-      st.memory = error_memory(this->params_.feedback, n * m);
+    // every column of the query may be drawn again (warm start's redraw), so all must be in the stream
+    BELLOWS_EXPECTS(2 * m * r <= philox::stream::max_words, "powersgd: layer '", st.layer.name, "': a query of ", m * r,
+                    " floats overruns the random stream");
+    if (st.memory.size() == 0 && this->params_.feedback != feedback::none) st.memory = array(exec, n * m);
     const std::size_t held = st.query.size() / m;
-    st.query.resize(m * r);
-    if (r > held) draw_columns(st, std::span<float>(st.query).subspan(held * m), held, 0);
-    st.next.assign(m * r, 0.0f);
-    st.exchange.assign(n * r + 1, 0.0f);
+    array query;
+    if (held != r) {
+      query = array(exec, m * r);
+      const std::size_t kept = std::min(held, r);
+      copy(exec, query.span().first(kept * m), std::as_const(st.query).span().first(kept * m));
+      if (r > held) draw_columns(st, query.span().subspan(held * m), held, 0);
+    }
+    array next(exec, m * r), exchange(exec, n * r + 1);
+    reserve_projections(exec, n, m, r);
+    exec.synchronize();  // work enqueued before (the copy above too) may still use the buffers replaced
+    if (held != r) st.query = std::move(query);
+    st.next = std::move(next);
+    st.exchange = std::move(exchange);
   }
 
   /// Columns first_col, first_col + 1, ... of the query drawn at `step`.
@@ -123,68 +168,75 @@ private:
     fill_normals(*this->exec_, out, this->query_stream(st, step), first_col * st.cols);
   }
 
-  /// This step's query in st.next: the previous Q (warm start) or a new draw, with any all-zero
-  /// column of a warm-started Q drawn again (it would otherwise stay zero for good), then
-  /// orthogonalised.
+  /// This step's query in st.next, orthogonalised: the previous Q with its all-zero columns drawn
+  /// again (warm start: a zero column would otherwise stay zero for good), or a new draw.
   void prepare_query(state& st) const {
-    const std::size_t m = st.cols;
-    if (this->params_.warm_start) {
-      std::ranges::copy(st.query, st.next.begin());
-      for (std::size_t j = 0; j < st.rank; ++j) {
-        const std::span<float> col = std::span<float>(st.next).subspan(j * m, m);
-        if (std::ranges::all_of(col, [](float v) { return v == 0.0f; })) draw_columns(st, col, j, 0);
-      }
-    } else {
-      draw_columns(st, st.next, 0, st.step);
-    }
-    orthogonalize(*this->exec_, st.next, m, this->params_.orthogonalization_eps);
+    if (this->params_.warm_start)
+      warm_query(*this->exec_, std::as_const(st.query).span(), st.next.span(), st.cols, this->query_stream(st, 0));
+    else
+      draw_columns(st, st.next.span(), 0, st.step);
+    orthogonalize(*this->exec_, st.next.span(), st.cols, this->params_.orthogonalization_eps);
   }
 
-  template <Collective Coll>
+  /// The flag read on the host (a wait for the executor): true when something was not finite.
+  bool flag_raised(state& st) const { return st.flag.host(*this->exec_, st.staging)[0] != 0.0f; }
+
+  template <class Coll>
   reduce_result reduce_low_rank(state& st, std::span<float> inout, Coll& coll) {
+    Exec& exec = *this->exec_;
     const std::size_t n = st.rows, m = st.cols, r = st.rank;
-    const std::span<float> e = st.memory.values();
-    const compensated_matrix M{inout, e, n, m};
-    const std::span<float> p = std::span<float>(st.exchange).first(n * r);
-    float& vote = st.exchange[n * r];
+    const compensated_matrix M{inout, st.memory.span(), n, m};
+    const std::span<float> p = st.exchange.span().first(n * r);
+    const std::span<float> vote = st.exchange.span().subspan(n * r, 1);
 
     prepare_query(st);
-    project_rows(*this->exec_, M, st.next, p);
-    vote = all_finite(*this->exec_, std::span<const float>(p)) ? 0.0f : 1.0f;
-    coll.allreduce_sum(std::span<float>(st.exchange));
-    traffic sent{st.exchange.size() * sizeof(float), st.exchange.size(), (n + m) * r};
-    if (vote != 0.0f || !all_finite(*this->exec_, std::span<const float>(p))) return {step_status::non_finite, sent};
+    project_rows(exec, M, std::as_const(st.next).span(), p);
+    fill(exec, st.flag.span(), 0.0f);
+    flag_non_finite(exec, p, st.flag.span().data());
+    copy(exec, vote, std::as_const(st.flag).span());
+    coll.allreduce_sum(st.exchange.span());
+    // One flag for the summed verdict and the summed P (finite terms may overflow).
+    copy(exec, st.flag.span(), vote);
+    flag_non_finite(exec, p, st.flag.span().data());
+    traffic sent{(n * r + 1) * sizeof(float), n * r + 1, (n + m) * r};
+    if (flag_raised(st)) return {step_status::non_finite, sent};
 
-    orthogonalize(*this->exec_, p, n, this->params_.orthogonalization_eps);
-    project_cols(*this->exec_, M, p, st.next);
-    coll.allreduce_sum(std::span<float>(st.next));
-    divide(*this->exec_, st.next, static_cast<float>(coll.size()));
-    sent += traffic{st.next.size() * sizeof(float), st.next.size(), 0};
-    // M^T P overflows where M is finite but near the largest float: every rank holds the same
-    // summed Q, so all skip the step here, before anything but workspace was written.
-    if (!all_finite(*this->exec_, std::span<const float>(st.next))) return {step_status::non_finite, sent};
+    orthogonalize(exec, p, n, this->params_.orthogonalization_eps);
+    project_cols(exec, M, p, st.next.span());
+    coll.allreduce_sum(st.next.span());
+    if (coll.size() != 1) divide(exec, st.next.span(), static_cast<float>(coll.size()));
+    sent += traffic{m * r * sizeof(float), m * r, 0};
+    // M^T P may overflow where M is finite: every rank holds the same summed Q, so all skip the
+    // step here alike, before anything but workspace was written. The flag is still clear: it
+    // was read back clear.
+    flag_non_finite(exec, std::as_const(st.next).span(), st.flag.span().data());
+    if (flag_raised(st)) return {step_status::non_finite, sent};
 
-    reconstruct_update(*this->exec_, inout, e, n, m, p, st.next);
+    reconstruct_update(exec, inout, st.memory.span(), n, m, p, std::as_const(st.next).span());
     this->commit(st);
     return {step_status::ok, sent};
   }
 
-  template <Collective Coll>
+  template <class Coll>
   reduce_result reduce_dense(state& st, std::span<float> inout, Coll& coll) {
+    Exec& exec = *this->exec_;
     const std::size_t n = inout.size();
-    const std::span<float> values = std::span<float>(st.exchange).first(n);
-    const std::span<float> e = st.memory.values();
-    if (e.empty())
-      std::ranges::copy(inout, values.begin());
-    else
-      add(*this->exec_, values, inout, e);  // a memory left from compressed steps goes out with g
-    st.exchange[n] = all_finite(*this->exec_, std::span<const float>(values)) ? 0.0f : 1.0f;
-    coll.allreduce_sum(std::span<float>(st.exchange));
-    const traffic sent{st.exchange.size() * sizeof(float), st.exchange.size(), n};
-    if (st.exchange[n] != 0.0f) return {step_status::non_finite, sent};
-    std::ranges::copy(values, inout.begin());
-    divide(*this->exec_, inout, static_cast<float>(coll.size()));
-    if (!e.empty()) fill(*this->exec_, e, 0.0f);
+    const std::span<float> values = st.exchange.span().first(n);
+    const std::span<float> vote = st.exchange.span().subspan(n, 1);
+    const std::span<float> e = st.memory.span();
+    fill(exec, vote, 0.0f);
+    if (e.empty()) {
+      copy(exec, values, inout);
+      flag_non_finite(exec, values, vote.data());
+    } else {
+      compensate(exec, values, inout, e, vote.data());  // a memory left from compressed steps goes out with g
+    }
+    coll.allreduce_sum(st.exchange.span());
+    copy(exec, st.flag.span(), vote);
+    const traffic sent{(n + 1) * sizeof(float), n + 1, n};
+    if (flag_raised(st)) return {step_status::non_finite, sent};
+    divide(exec, inout, values, static_cast<float>(coll.size()));
+    if (!e.empty()) fill(exec, e, 0.0f);
     ++st.step;
     return {step_status::ok, sent};
   }

@@ -72,6 +72,31 @@ inline void flag_non_finite(executor& exec, std::span<const float> x, float* fla
   if (!all_finite(exec, x)) *flag = 1.0f;
 }
 
+/// out[i] = x[i] (same lengths).
+inline void copy(executor& exec, std::span<float> out, std::span<const float> x) {
+  BELLOWS_EXPECTS(out.size() == x.size(), "copy: lengths differ, ", out.size(), " and ", x.size());
+  exec.for_chunks(out.size(), elementwise_chunk,
+                  [&](std::size_t lo, std::size_t hi) { std::copy(x.data() + lo, x.data() + hi, out.data() + lo); });
+}
+
+/// Error feedback's compensation m = g + e (same lengths; m may alias g or e) in the pass that
+/// checks it: *flag is set to 1 when an element of m is NaN or +-Inf, and left otherwise.
+inline void compensate(executor& exec, std::span<float> m, std::span<const float> g, std::span<const float> e,
+                       float* flag) {
+  BELLOWS_EXPECTS(m.size() == g.size() && g.size() == e.size(), "compensate: lengths differ, ", m.size(), ", ",
+                  g.size(), " and ", e.size());
+  std::atomic<bool> bad{false};
+  exec.for_chunks(m.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
+    std::uint32_t any = 0;
+    for (std::size_t i = lo; i < hi; ++i) {
+      m[i] = g[i] + e[i];
+      any |= non_finite_bit(m[i]);
+    }
+    if (any != 0) bad.store(true, std::memory_order_relaxed);
+  });
+  if (bad.load(std::memory_order_relaxed)) *flag = 1.0f;
+}
+
 /// x[i] = value for every element.
 inline void fill(executor& exec, std::span<float> x, float value) {
   exec.for_chunks(x.size(), elementwise_chunk,

@@ -48,6 +48,10 @@ public:
 
   [[nodiscard]] unsigned threads() const noexcept { return threads_; }
 
+  /// Every kernel has finished when it returns, so there is nothing to wait for; here for the
+  /// code written once over executors (cuda::executor::synchronize waits for its stream).
+  void synchronize() const noexcept {}
+
   /// Calls body(task) for every task in [0, tasks). The first exception thrown by a task is
   /// rethrown here after all tasks have finished or been skipped.
   template <class Body>

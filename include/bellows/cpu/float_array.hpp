@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CPU's float array (plan/float_array.hpp): host memory, so reading it on the host is free,
-// and the L2 norm in the order both backends compute it.
+// and the L2 norm in the order both backends compute it. With them the CPU backend is complete:
+// cpu::executor is checked against the Executor concept here.
 #pragma once
 
 #include <algorithm>
@@ -9,7 +10,9 @@
 #include <span>
 #include <vector>
 
+#include "bellows/concepts.hpp"
 #include "bellows/core/error.hpp"
+#include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
 #include "bellows/plan/float_array.hpp"
 
@@ -29,6 +32,9 @@ public:
   [[nodiscard]] std::span<const float> host(executor& /*exec*/, std::vector<float>& /*staging*/) const noexcept {
     return values_;
   }
+
+  /// Element by element (host memory can be compared in place).
+  friend bool operator==(const float_array&, const float_array&) = default;
 
   /// Copies `from` (host memory, as many elements) in.
   void assign(executor& /*exec*/, std::span<const float> from) {
@@ -62,4 +68,5 @@ template <>
 struct float_array_of<cpu::executor> {
   using type = cpu::float_array;
 };
+static_assert(Executor<cpu::executor>, "cpu::executor must model Executor");
 }  // namespace bellows

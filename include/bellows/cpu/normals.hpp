@@ -2,6 +2,7 @@
 // Standard normal floats from a Philox stream, addressable by index, for PowerSGD's shared query.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -27,6 +28,23 @@ inline void fill_normals(executor& /*exec*/, std::span<float> out, const philox:
     } else {
       out[t++] = pair.second;
     }
+  }
+}
+
+/// PowerSGD's warm start: next = query, column by column (m floats each, as many as next holds),
+/// except that a column of query that is all zero is drawn instead, as normals j m .. j m + m - 1
+/// of stream s (the first draw's), since a zero column would otherwise stay zero for good.
+inline void warm_query(executor& exec, std::span<const float> query, std::span<float> next, std::size_t m,
+                       const philox::stream& s) {
+  BELLOWS_EXPECTS(m != 0 && next.size() % m == 0 && query.size() >= next.size(), "warm_query: a query of ",
+                  query.size(), " floats for ", next.size(), " in columns of ", m);
+  for (std::size_t j = 0; j < next.size() / m; ++j) {
+    const std::span<const float> from = query.subspan(j * m, m);
+    const std::span<float> col = next.subspan(j * m, m);
+    if (std::ranges::all_of(from, [](float v) { return v == 0.0f; }))
+      fill_normals(exec, col, s, j * m);
+    else
+      std::ranges::copy(from, col.begin());
   }
 }
 

@@ -247,6 +247,11 @@ void reconstruct_row(float* g, float* e, const float* p, std::size_t n, const fl
 
 }  // namespace detail
 
+/// The CPU's projections take no workspace: nothing to reserve (cuda::reserve_projections
+/// grows the device's).
+inline void reserve_projections(executor& /*exec*/, std::size_t /*rows*/, std::size_t /*cols*/,
+                                std::size_t /*rank*/) noexcept {}
+
 /// p = M q: p is n x r and q m x r, both column-major, r = q.size() / m. Reads M once when
 /// r <= 4 (larger ranks re-read each row from the cache, not from memory).
 inline void project_rows(executor& exec, const compensated_matrix& M, std::span<const float> q, std::span<float> p) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The device's float array (plan/float_array.hpp): device memory, read on the host by a copy
-// that waits for the stream; and the L2 norm in the CPU's order (cpu/float_array.hpp).
+// that waits for the stream; and the L2 norm in the CPU's order (cpu/float_array.hpp). With them
+// the device backend is complete: cuda::executor is checked against the Executor concept here.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,9 +11,11 @@
 #include <span>
 #include <vector>
 
+#include "bellows/concepts.hpp"
 #include "bellows/core/error.hpp"
 #include "bellows/cuda/buffer.cuh"
 #include "bellows/cuda/check.cuh"
+#include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/launch.cuh"
 #include "bellows/plan/float_array.hpp"
@@ -89,4 +92,5 @@ template <>
 struct float_array_of<cuda::executor> {
   using type = cuda::float_array;
 };
+static_assert(Executor<cuda::executor>, "cuda::executor must model Executor");
 }  // namespace bellows

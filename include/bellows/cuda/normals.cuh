@@ -40,6 +40,20 @@ __global__ void normals_kernel(float* out, std::size_t count, philox::stream s, 
                 std::uint64_t{gridDim.x} * blockDim.x);
 }
 
+/// Block j copies column j (m floats) of the previous query into the next one and, when all of
+/// it is zero, draws it instead: normals j m .. j m + m - 1 of stream s, as the first draw did.
+__global__ void warm_query_kernel(const float* query, float* next, std::size_t m, philox::stream s) {
+  const std::size_t j = blockIdx.x;
+  bool nonzero = false;
+  for (std::size_t i = threadIdx.x; i < m; i += blockDim.x) {
+    const float v = query[j * m + i];
+    next[j * m + i] = v;
+    nonzero |= v != 0.0f;
+  }
+  if (__syncthreads_or(nonzero)) return;
+  normals_range(next + j * m, m, s, j * m, threadIdx.x, blockDim.x);
+}
+
 }  // namespace detail
 
 /// cpu::fill_normals on the device: out[t] = normal number first + t of stream s (see the
@@ -50,6 +64,17 @@ inline void fill_normals(executor& exec, std::span<float> out, const philox::str
   if (out.empty()) return;
   detail::launch(&detail::normals_kernel, detail::stride_blocks(out.size() / 2 + 1), detail::elementwise_threads,
                  exec.stream(), out.data(), out.size(), s, first);
+}
+
+/// cpu::warm_query on the device: next = query column by column, an all-zero column drawn
+/// instead as the first draw drew it. One launch, a block per column.
+inline void warm_query(executor& exec, std::span<const float> query, std::span<float> next, std::size_t m,
+                       const philox::stream& s) {
+  BELLOWS_EXPECTS(m != 0 && next.size() % m == 0 && query.size() >= next.size(), "cuda::warm_query: a query of ",
+                  query.size(), " floats for ", next.size(), " in columns of ", m);
+  if (next.empty()) return;
+  detail::launch(&detail::warm_query_kernel, static_cast<unsigned>(next.size() / m), detail::elementwise_threads,
+                 exec.stream(), query.data(), next.data(), m, s);
 }
 
 }  // namespace bellows::cuda

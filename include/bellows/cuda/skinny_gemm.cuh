@@ -346,6 +346,12 @@ void with_rank_and_width(std::size_t k, unsigned v, const Launch& launch) {
   return sizing.used();
 }
 
+/// Makes the executor's workspace hold what project_cols needs for a rows x cols matrix at
+/// `rank` (cpu::reserve_projections needs nothing): at registration, never on the hot path.
+inline void reserve_projections(executor& exec, std::size_t rows, std::size_t cols, std::size_t rank) {
+  exec.reserve(project_cols_workspace_bytes(rows, cols, rank));
+}
+
 /// cpu::project_rows on the device: p = M q, p n x r and q m x r column-major, r = q.size() / m.
 /// Reads M once when r <= 4.
 inline void project_rows(executor& exec, const compensated_matrix& M, std::span<const float> q, std::span<float> p) {

@@ -163,7 +163,8 @@ public:
                   }) {
       const auto& st = sync_.state(0);
       columns = st.rank;
-      return {st.query.begin(), st.query.begin() + static_cast<std::ptrdiff_t>(st.rank * st.cols)};
+      const std::span<const float> q = st.query.span();
+      return {q.begin(), q.begin() + static_cast<std::ptrdiff_t>(st.rank * st.cols)};
     }
     return {};
   }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // What PowerSGD is on every backend: its checked parameters, the effective rank of a layer, the
-// sizes a rank must keep within, and the checkpoint record with its complete validation. The
-// CPU compressor (compressors/powersgd.hpp) and the device one (compressors/powersgd.cuh) both build on it.
+// sizes a rank must keep within, the checkpoint record with its complete validation, and the
+// kernels it asks of an executor (LowRankExecutor). compressors/powersgd.hpp builds the one
+// compressor on it.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "bellows/core/error.hpp"
 #include "bellows/core/philox.hpp"
 #include "bellows/core/shape.hpp"
+#include "bellows/plan/low_rank.hpp"
 
 namespace bellows::detail {
 
@@ -82,6 +84,31 @@ inline void write_powersgd_record(checkpoint_writer& out, std::uint64_t rank, st
   in.get_finite_array(std::span<float>(rec.query), "powersgd query");
   return rec;
 }
+
+/// LowRankExecutor: what PowerSGD asks of an executor beyond Executor (concepts.hpp), found by
+/// argument-dependent lookup beside E, on spans of the backend's memory:
+///  1. `fill_normals(e, out, stream, first)`: out[t] = normal number first + t of the Philox stream.
+///  2. `warm_query(e, query, next, m, stream)`: next = query column by column (m floats each),
+///     an all-zero column drawn instead as normals j m .. j m + m - 1 of the stream.
+///  3. `orthogonalize(e, x, m, eps)`: Gram-Schmidt on the columns (m floats each) of x.
+///  4. `project_rows(e, M, q, p)` (p = M q), `project_cols(e, M, p, q)` (q = M^T p) and
+///     `reconstruct_update(e, g, mem, n, m, p, q)` (g = p q^T, mem = M - g when mem is not empty).
+///  5. `compensate(e, out, g, mem, flag)`: out = g + mem, *flag = 1 when out holds NaN or Inf.
+///  6. `reserve_projections(e, n, m, r)`: makes room for the products' scratch (at registration).
+/// Models: cpu::executor (cpu/skinny_gemm.hpp, cpu/normals.hpp, ...), cuda::executor.
+template <class E>
+concept LowRankExecutor = requires(E& e, std::span<float> x, std::span<const float> y, const compensated_matrix& M,
+                                   const philox::stream& s, std::uint64_t first, std::size_t k, float eps,
+                                   float* flag) {
+  fill_normals(e, x, s, first);
+  warm_query(e, y, x, k, s);
+  orthogonalize(e, x, k, eps);
+  project_rows(e, M, y, x);
+  project_cols(e, M, y, x);
+  reconstruct_update(e, x, x, k, k, y, y);
+  compensate(e, x, y, y, flag);
+  reserve_projections(e, k, k, k);
+};
 
 /// The part of a PowerSGD layer's state that every backend keeps alike.
 struct powersgd_layer {
