@@ -5,6 +5,7 @@
 // then one float product); a residual memory, an unchanged rate, and a rate that is not > 0
 // (refused) leave it as it was.
 #include <bellows/collectives/nccl.cuh>
+#include <bellows/compressors/list.hpp>
 #include <bellows/compressors/powersgd.cuh>
 #include <bellows/compressors/powersgd.hpp>
 #include <bellows/compressors/qsgd.cuh>
@@ -19,6 +20,7 @@
 #include <doctest/doctest.h>
 
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "../support/random.hpp"
@@ -57,14 +59,19 @@ void check_rescale(Params params, bellows::feedback kind) {
 
 }  // namespace
 
-TEST_CASE("cuda rescale: a scaled memory times lr_old / lr_new, as the CPU's; a residual one untouched") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda rescale: a scaled memory times lr_old / lr_new, as the CPU's; a residual one untouched" *
+          doctest::skip(bellows::test::no_device())) {
   for (const auto kind : {bellows::feedback::scaled, bellows::feedback::residual}) {
     CAPTURE(bellows::to_string(kind));
-    check_rescale<bellows::topk>(bellows::topk_params{.ratio = 0.1}, kind);
-    check_rescale<bellows::randk>(bellows::randk_params{.ratio = 0.1}, kind);
-    check_rescale<bellows::qsgd>(bellows::qsgd_params{.bits = 4, .bucket = 64}, kind);
-    check_rescale<bellows::signsgd>(bellows::signsgd_params{}, kind);
-    check_rescale<bellows::powersgd>(bellows::powersgd_params{.rank = 2}, kind);
+    // every method of compressors/list.hpp with a device compressor, at its first example
+    std::size_t checked = 0;
+    bellows::for_each_method(bellows::compressor_methods{}, [&]<class M>(std::type_identity<M>) {
+      if constexpr (M::on_device) {
+        CAPTURE(M::name);
+        check_rescale<M::template compressor>(M::examples[0], kind);
+        ++checked;
+      }
+    });
+    CHECK(checked == 5);  // top-k, rand-k, QSGD, PowerSGD, EF-signSGD
   }
 }

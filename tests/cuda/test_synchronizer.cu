@@ -15,12 +15,15 @@
 #include <bellows/collectives/local.hpp>
 #include <bellows/collectives/nccl.cuh>
 #include <bellows/collectives/staged.cuh>
+#include <bellows/compressors/list.hpp>
 #include <bellows/compressors/powersgd.cuh>
 #include <bellows/compressors/powersgd.hpp>
 #include <bellows/compressors/qsgd.cuh>
 #include <bellows/compressors/qsgd.hpp>
 #include <bellows/compressors/randk.cuh>
 #include <bellows/compressors/randk.hpp>
+#include <bellows/compressors/signsgd.cuh>
+#include <bellows/compressors/signsgd.hpp>
 #include <bellows/compressors/topk.cuh>
 #include <bellows/compressors/topk.hpp>
 #include <bellows/regime/accordion.cuh>
@@ -41,6 +44,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "../support/random.hpp"
@@ -286,27 +291,41 @@ void check_bitwise(const Params& low, const Params& high) {
   }
 }
 
-TEST_CASE("cuda synchronizer: top-k 10% <-> 1% with Accordion runs as the CPU's, bit for bit") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda synchronizer: every listed device compressor that sums in the CPU's order runs as the CPU's" *
+          doctest::skip(bellows::test::no_device())) {
+  // compressors/list.hpp: each method with a device compressor (PowerSGD sums in its own order:
+  // its case is below), at its first example with a residual memory, both levels alike.
+  bellows::for_each_method(bellows::compressor_methods{}, []<class M>(std::type_identity<M>) {
+    if constexpr (M::on_device && M::name != std::string_view("powersgd")) {
+      CAPTURE(M::name);
+      auto params = M::examples[0];
+      params.feedback = bellows::feedback::residual;
+      check_bitwise<M::template compressor>(params, params);
+    }
+  });
+}
+
+TEST_CASE("cuda synchronizer: top-k 10% <-> 1% with Accordion runs as the CPU's, bit for bit" *
+          doctest::skip(bellows::test::no_device())) {
   check_bitwise<bellows::topk>(topk_low, topk_high);
 }
 
-TEST_CASE("cuda synchronizer: rand-k 10% <-> 1% and QSGD 8 <-> 2 bits with Accordion run as the CPU's") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda synchronizer: rand-k 10% <-> 1% and QSGD 8 <-> 2 bits with Accordion run as the CPU's" *
+          doctest::skip(bellows::test::no_device())) {
   check_bitwise<bellows::randk>(bellows::randk_params{.ratio = 0.10, .feedback = bellows::feedback::residual},
                                 bellows::randk_params{.ratio = 0.01, .feedback = bellows::feedback::residual});
   check_bitwise<bellows::qsgd>(bellows::qsgd_params{.bits = 8, .bucket = 64, .feedback = bellows::feedback::residual},
                                bellows::qsgd_params{.bits = 2, .bucket = 64, .feedback = bellows::feedback::residual});
 }
 
-TEST_CASE("cuda synchronizer: over the local collective's threads, staged through the host, as the CPU's") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda synchronizer: over the local collective's threads, staged through the host, as the CPU's" *
+          doctest::skip(bellows::test::no_device())) {
   const scenario sc;
   check_same_run(on_staged<bellows::topk>(sc, topk_low, topk_high), on_cpu<bellows::topk>(sc, topk_low, topk_high));
 }
 
-TEST_CASE("cuda synchronizer: PowerSGD 4 <-> 1 decides, skips and counts as the CPU's, outputs within rounding") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda synchronizer: PowerSGD 4 <-> 1 decides, skips and counts as the CPU's, outputs within rounding" *
+          doctest::skip(bellows::test::no_device())) {
   const bellows::powersgd_params low{.rank = 4}, high{.rank = 1};
   for (const auto change : {bellows::level_change::keep, bellows::level_change::reset}) {
     CAPTURE(bellows::to_string(change));
@@ -345,8 +364,8 @@ TEST_CASE("cuda synchronizer: PowerSGD 4 <-> 1 decides, skips and counts as the 
   }
 }
 
-TEST_CASE("cuda synchronizer: a checkpoint taken on one backend resumes on the other") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda synchronizer: a checkpoint taken on one backend resumes on the other" *
+          doctest::skip(bellows::test::no_device())) {
   scenario whole, before, after;
   before.last = after.first = 3;  // mid-run, after the NaN step, before the jump in layer 0
   const std::vector<trace> want = on_cpu<bellows::topk>(whole, topk_low, topk_high);
@@ -375,8 +394,8 @@ TEST_CASE("cuda synchronizer: a checkpoint taken on one backend resumes on the o
   }
 }
 
-TEST_CASE("cuda synchronizer: a static policy on the device runs as on the CPU") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda synchronizer: a static policy on the device runs as on the CPU" *
+          doctest::skip(bellows::test::no_device())) {
   scenario sc;
   sc.last = 2;
   std::vector<trace> want(ranks()), got(ranks());
@@ -408,8 +427,8 @@ TEST_CASE("cuda synchronizer: a static policy on the device runs as on the CPU")
   }
 }
 
-TEST_CASE("cuda synchronizer: a corrupted payload raises the CPU validation's wire_error on every rank") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda synchronizer: a corrupted payload raises the CPU validation's wire_error on every rank" *
+          doctest::skip(bellows::test::no_device())) {
   const scenario sc;
   const std::size_t victim = ranks() - 1;
   bellows::test::check_every_rank([&](std::size_t rank, bellows::collectives::nccl& coll) {
@@ -429,8 +448,8 @@ TEST_CASE("cuda synchronizer: a corrupted payload raises the CPU validation's wi
   });
 }
 
-TEST_CASE("cuda accordion: alone, its observe() and end_epoch() decide as the CPU detector's") {
-  if (!bellows::test::have_device()) return;
+TEST_CASE("cuda accordion: alone, its observe() and end_epoch() decide as the CPU detector's" *
+          doctest::skip(bellows::test::no_device())) {
   // one rank's detector on each backend, fed the same gradients, NaN included
   const scenario sc;
   std::vector<std::vector<regime>> want, got;
