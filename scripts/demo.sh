@@ -14,6 +14,10 @@
 #   ablation   PowerSGD Accordion at lr 0.05 and 0.025, level change keep and reset, both rank
 #              pairs, two seeds, beside static low (fmnist_demo --ablation): a table in DIR/results.md
 #   anything else goes to fmnist_demo (build/release/examples/fmnist_demo --help)
+#        scripts/demo.sh torch-cnn [accordion_cnn.py options...]
+#              Accordion through bellows_torch on a residual CNN beside PyTorch's PowerSGD hook
+#              (examples/torch_ddp/accordion_cnn.py; results in demo-results/torch-cnn unless --out
+#              names another folder). Rerun the same command to resume after an interruption.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,6 +27,24 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ "${1:-}" = memsgd ]; then
   shift
   exec "$root/scripts/memsgd.sh" "$@"
+fi
+
+# `scripts/demo.sh torch-cnn [options]`: installs python3-torch and what building bellows_torch
+# needs, builds it into build-py/site, and runs examples/torch_ddp/accordion_cnn.py.
+if [ "${1:-}" = torch-cnn ]; then
+  shift
+  # shellcheck source=SCRIPTDIR/install_missing.sh
+  source "$root/scripts/install_missing.sh"
+  install_missing python3-torch libtorch-dev pybind11-dev python3-pip python3-setuptools dataset-fashion-mnist
+  cd "$root"
+  start=$(date +%s)
+  /usr/bin/python3 -m pip install --quiet --no-build-isolation --no-index --no-deps --root-user-action=ignore \
+    --upgrade --target build-py/site ./python
+  echo "== bellows_torch built in $(($(date +%s) - start)) s"
+  start=$(date +%s)
+  PYTHONPATH="$root/build-py/site" /usr/bin/python3 examples/torch_ddp/accordion_cnn.py "$@"
+  echo "== torch-cnn took $(($(date +%s) - start)) s; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  exit 0
 fi
 
 out="$root/demo-results"
