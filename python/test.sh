@@ -18,4 +18,5 @@ rm -rf "$site"
 "$py" -m pip install --quiet --no-build-isolation --no-index --no-deps --root-user-action=ignore --target "$site" "$root/python"
 cd "$root/python/tests"
 PYTHONPATH=$site "$py" -m unittest -v test_hook_vs_direct test_powersgd_vs_torch test_hook_non_finite \
-  test_state_dict test_mixed_precision test_overlap test_resume test_cnn_floor
+  test_state_dict test_mixed_precision test_overlap test_resume test_cnn_floor \
+  test_cnn_quick
