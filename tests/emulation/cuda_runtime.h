@@ -394,10 +394,15 @@ inline void run_grid(unsigned blocks, unsigned threads, void (*entry)(void*), vo
   }
 }
 
+/// Kernels the calling host thread has launched (each rank of a test runs on its own thread): a
+/// test counts a step's launches as the difference of two readings.
+inline thread_local std::uint64_t launched = 0;
+
 /// Runs kernel(args...) over the grid, now, after any kernel another host thread is running. A bad
 /// configuration sets the launch error, as CUDA's does.
 template <class... Params>
 void launch(void (*kernel)(Params...), unsigned blocks, unsigned threads, cudaStream_t, Params... args) {
+  ++launched;
   if (blocks == 0 || threads == 0 || threads > 1024) {
     fail(cudaErrorInvalidConfiguration);
     return;
