@@ -117,6 +117,7 @@ public:
   /// bellows::wire_error. Waits for the executor.
   void load(state& st, checkpoint_reader& in) const {
     const detail::powersgd_record rec = detail::read_powersgd_record(st.layer, in);
+    if (rec.rank != 0) check_rank(st, static_cast<std::size_t>(rec.rank));  // before anything changes
     array memory(*this->exec_, rec.memory.size()), query(*this->exec_, rec.query.size());
     memory.assign(*this->exec_, rec.memory);
     query.assign(*this->exec_, rec.query);
@@ -134,6 +135,7 @@ private:
   void resize(state& st, std::size_t r) const {
     Exec& exec = *this->exec_;
     const std::size_t n = st.rows, m = st.cols;
+    if (r != 0) check_rank(st, r);  // before anything changes
     if (st.flag.size() == 0) st.flag = array(exec, 1);
     st.rank = r;
     if (r == 0) {
@@ -142,10 +144,6 @@ private:
       st.exchange = std::move(exchange);
       return;
     }
-    detail::check_powersgd_sizes(st.layer, r);
-    // every column of the query may be drawn again (warm start's redraw), so all must be in the stream
-    BELLOWS_EXPECTS(2 * m * r <= philox::stream::max_words, "powersgd: layer '", st.layer.name, "': a query of ", m * r,
-                    " floats overruns the random stream");
     if (st.memory.size() == 0 && this->params_.feedback != feedback::none) st.memory = array(exec, n * m);
     const std::size_t held = st.query.size() / m;
     array query;
@@ -161,6 +159,15 @@ private:
     if (held != r) st.query = std::move(query);
     st.next = std::move(next);
     st.exchange = std::move(exchange);
+  }
+
+  /// Raises bellows::error when the layer cannot be compressed at effective rank r: a step's
+  /// traffic overflows std::size_t, or the query, every column of which may be drawn again (warm
+  /// start's redraw), overruns the random stream.
+  static void check_rank(const state& st, std::size_t r) {
+    detail::check_powersgd_sizes(st.layer, r);
+    BELLOWS_EXPECTS(2 * st.cols * r <= philox::stream::max_words, "powersgd: layer '", st.layer.name, "': a query of ",
+                    st.cols * r, " floats overruns the random stream");
   }
 
   /// Columns first_col, first_col + 1, ... of the query drawn at `step`.
