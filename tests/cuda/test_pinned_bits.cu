@@ -12,10 +12,9 @@
 // device buffers of each allreduce_sum and allgather_slots as staged copies them to the host,
 // byte for byte, and of a gathered slot the payload its header measures.
 //
-// Left out: identity, which has no device compressor (identity_method::on_device is false).
-// Every example of the others runs.
+// Every example of every such method runs.
 //
-// Top-k, rand-k, QSGD and EF-signSGD give the CPU's bits: each device run is held to the CPU's
+// Identity, top-k, rand-k, QSGD and EF-signSGD give the CPU's bits: each device run is held to the CPU's
 // run of the same case, whose digests the CPU's table pins, so the device table leaves them out.
 // PowerSGD's device products sum in another order than the CPU's (tests/cuda/test_powersgd.cu),
 // so its bits are its own; and on a GPU its query's normals come from the device's libm, a float
@@ -23,6 +22,7 @@
 // are checked only under the emulation (tests/emulation), where both use one libm.
 #include <bellows/collectives/local.hpp>
 #include <bellows/collectives/staged.cuh>
+#include <bellows/compressors/identity.cuh>
 #include <bellows/compressors/list.hpp>
 #include <bellows/compressors/powersgd.cuh>
 #include <bellows/compressors/qsgd.cuh>

@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The identity compressor: plain averaging by allreduce, the baseline every other compressor is
-// measured against, and the smallest model of Compressor and PayloadCodec.
+// measured against, and the smallest model of Compressor and PayloadCodec. Written once over the
+// executor: identity<cuda::executor> (compressors/identity.cuh brings its kernels) averages
+// device memory through a DeviceCollective with the CPU's bits; the PayloadCodec members are
+// the CPU's only (its payload is the floats themselves, in host memory).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -21,6 +25,8 @@
 #include "bellows/core/wire.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
+#include "bellows/cpu/float_array.hpp"
+#include "bellows/plan/float_array.hpp"
 
 namespace bellows {
 
@@ -39,7 +45,7 @@ struct identity_method {
   static constexpr std::string_view name = "identity";
   static constexpr wire::codec codec{0, "identity"};
   static constexpr std::string_view summary = "plain averaging by allreduce: the uncompressed baseline";
-  static constexpr bool on_device = false;
+  static constexpr bool on_device = true;  ///< compressors/identity.cuh
   static constexpr bool exact_on_one_element = true;
   static constexpr std::string_view level = {};  ///< no level: both levels are the same
   static constexpr std::span<const method_option> options = {};
@@ -57,24 +63,39 @@ struct identity_method {
 /// single float before the data (the data allreduce itself cannot tell NaN input from overflow).
 template <class Exec = cpu::executor>
 class identity {
+  static_assert(Executor<Exec>, "identity<Exec>: Exec must model Executor");
+
 public:
+  /// One layer: its step counter and the verdict's float in the backend's memory.
   struct state {
     layer_info layer;
     std::uint64_t step = 0;
+    float_array_for<Exec> flag;  ///< workspace: each rank's verdict, then their sum
+    std::vector<float> staging;  ///< the flag read back, where the backend's memory is not the host's
   };
 
   explicit identity(Exec& exec = Exec::shared()) : exec_(&exec) {}
+  /// As every compressor is made: from its (empty) parameters and an executor.
+  identity(const identity_params& /*params*/, Exec& exec) : exec_(&exec) {}
 
-  [[nodiscard]] state make_state(const layer_info& layer) const { return {layer, 0}; }
+  [[nodiscard]] state make_state(const layer_info& layer) const {
+    return {layer, 0, float_array_for<Exec>(*exec_, 1), {}};
+  }
   [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allreduce; }
 
-  template <Collective Coll>
+  /// One step: an allreduce of each rank's verdict on its input (1 if it holds NaN or Inf), read
+  /// on the host (the one wait), then the allreduce of the data and the division by W.
+  template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     check_size(st, inout.size());
-    float bad = all_finite(*exec_, std::span<const float>(inout)) ? 0.0f : 1.0f;
-    coll.allreduce_sum(std::span<float>(&bad, 1));
+    if constexpr (requires { coll.stream(); })
+      BELLOWS_EXPECTS(coll.stream() == exec_->stream(), "identity: layer '", st.layer.name,
+                      "': the collective and the executor enqueue on different streams; give both the same one");
+    fill(*exec_, st.flag.span(), 0.0f);
+    flag_non_finite(*exec_, std::span<const float>(inout), st.flag.span().data());
+    coll.allreduce_sum(st.flag.span());
     traffic sent{sizeof(float), 1, 0};
-    if (bad != 0.0f) return {step_status::non_finite, sent};
+    if (st.flag.host(*exec_, st.staging)[0] != 0.0f) return {step_status::non_finite, sent};
     coll.allreduce_sum(inout);
     divide(*exec_, inout, static_cast<float>(coll.size()));
     ++st.step;
@@ -87,7 +108,7 @@ public:
   }
 
   [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in, std::span<std::byte> out,
-                                            std::size_t /*rank*/ = 0) const {
+                                            std::size_t /*rank*/ = 0) const requires std::same_as<Exec, cpu::executor> {
     check_size(st, in.size());
     wire::header h{};
     h.codec = identity_method::codec.id;
@@ -99,12 +120,13 @@ public:
     return w.finish();
   }
 
-  [[nodiscard]] step_status validate(const state& st, std::span<const std::byte> payload) const {
+  [[nodiscard]] step_status validate(
+      const state& st, std::span<const std::byte> payload) const requires std::same_as<Exec, cpu::executor> {
     return read(st, payload).first;
   }
 
   [[nodiscard]] step_status decode_add(const state& st, std::span<const std::byte> payload,
-                                       std::span<float> acc) const {
+                                       std::span<float> acc) const requires std::same_as<Exec, cpu::executor> {
     check_size(st, acc.size());
     const auto [status, values] = read(st, payload);
     if (status == step_status::ok)
@@ -150,3 +172,7 @@ struct method_slot<identity_method::codec.id> {
 };
 
 }  // namespace bellows
+
+#if defined(__CUDACC__)  // the device compressor, for device code that includes the list
+#include "bellows/compressors/identity.cuh"
+#endif
