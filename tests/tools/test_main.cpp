@@ -260,9 +260,13 @@ TEST_CASE("cli: --backend cuda measures the device compressors, or says why it c
           doctest::Approx(cpu["methods"][m]["rel_error"].get<double>()).epsilon(1e-5));
     CHECK(doc["methods"][m]["x_floor"].get<double>() > 0);
   }
-  const outcome identity = bench(s, g + "--method identity");
-  CHECK(identity.code == 2);
-  CHECK(identity.err.find("identity is not on the device") != std::string::npos);
+  // identity is on the device too (written once over the executor): the CPU's traffic, no error
+  const outcome identity = bench(s, g + "--method identity --json");
+  REQUIRE(identity.code == 0);
+  const json id = json::parse(identity.out);
+  const json id_cpu = bench_json(s, "'" + (s / "g.npy") + "' --steps 2 --repeats 2 --method identity");
+  CHECK(id["methods"][0]["bytes_sent"] == id_cpu["methods"][0]["bytes_sent"]);
+  CHECK(id["methods"][0]["rel_error"].get<double>() == 0.0);
 #else
   CHECK(o.code == 2);
   CHECK(o.err.find("not built with CUDA") != std::string::npos);
