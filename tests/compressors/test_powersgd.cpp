@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <bellows/collectives/counting.hpp>
 #include <bellows/collectives/local.hpp>
+#include <bellows/compressors/identity.hpp>
 #include <bellows/compressors/powersgd.hpp>
 
 #include <doctest/doctest.h>
@@ -576,4 +577,21 @@ TEST_CASE("powersgd: rescale multiplies a scaled memory by lr_old / lr_new and l
     CHECK_THROWS_WITH_AS(c.rescale(st, 0.0f, lr_new), doctest::Contains("must be > 0"), bellows::error);
     CHECK(same_bits(st.memory.span(), want));
   }
+}
+
+TEST_CASE("powersgd and identity on the CPU step through a collective that also has a stream") {
+  // A DeviceCollective (NCCL stages host memory) is a Collective too: the CPU compressors written
+  // once over the executor take it, and skip the device's check that both use one stream.
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::device_collective solo;
+  bellows::powersgd<> c({.rank = 2}, exec);
+  auto st = c.make_state({0, "fc", bellows::shape{24, 40}});
+  auto g = bellows::testing::normal_floats(24 * 40, 5);
+  CHECK(c.reduce(st, g, solo).status == bellows::step_status::ok);
+  bellows::identity<> id(exec);
+  auto id_st = id.make_state({1, "bias", bellows::shape{40}});
+  auto b = bellows::testing::normal_floats(40, 6);
+  const auto want = b;
+  CHECK(id.reduce(id_st, b, solo).status == bellows::step_status::ok);
+  CHECK(b == want);  // one rank: the average is the input
 }

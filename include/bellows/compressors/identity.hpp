@@ -88,7 +88,7 @@ public:
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     check_size(st, inout.size());
-    if constexpr (requires { coll.stream(); })
+    if constexpr (requires { coll.stream() == this->exec_->stream(); })
       BELLOWS_EXPECTS(coll.stream() == exec_->stream(), "identity: layer '", st.layer.name,
                       "': the collective and the executor enqueue on different streams; give both the same one");
     fill(*exec_, st.flag.span(), 0.0f);

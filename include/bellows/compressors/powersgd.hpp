@@ -88,7 +88,7 @@ public:
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     BELLOWS_EXPECTS(inout.size() == st.layer.size(), name, ": layer '", st.layer.name, "' of shape ",
                     st.layer.shape.to_string(), " has ", st.layer.size(), " elements, the buffer ", inout.size());
-    if constexpr (requires { coll.stream(); })
+    if constexpr (requires { coll.stream() == this->exec_->stream(); })
       BELLOWS_EXPECTS(coll.stream() == this->exec_->stream(), name, ": layer '", st.layer.name,
                       "': the collective and the executor enqueue on different streams; give both the same one");
     this->follow_rank(st);
