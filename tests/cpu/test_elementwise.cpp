@@ -36,6 +36,58 @@ TEST_CASE("all_finite: finds one NaN or Inf anywhere, in any chunk, for any thre
   }
 }
 
+TEST_CASE("compensate: m = g + e in place or not, and a float flag for NaN and Inf in any chunk") {
+  const std::size_t n = 2 * bellows::cpu::elementwise_chunk + 11;
+  const auto g = bellows::testing::normal_floats(n, 31);
+  const auto e = bellows::testing::normal_floats(n, 32);
+  for (unsigned threads : {1u, 3u}) {
+    bellows::cpu::executor exec(threads);
+    std::vector<float> m(n);
+    float flag = 0.0f;
+    bellows::cpu::compensate(exec, m, g, e, &flag);
+    for (std::size_t i = 0; i < n; ++i) CHECK(m[i] == g[i] + e[i]);
+    CHECK(flag == 0.0f);
+    auto x = g;  // m aliasing g
+    bellows::cpu::compensate(exec, x, x, e, &flag);
+    CHECK(x == m);
+    CHECK(flag == 0.0f);
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+      for (std::size_t at : {std::size_t{0}, bellows::cpu::elementwise_chunk + 3, n - 1}) {
+        auto g2 = g;
+        g2[at] = bad;
+        float raised = 0.0f;
+        bellows::cpu::compensate(exec, m, g2, e, &raised);
+        CHECK(raised == 1.0f);
+      }
+    }
+    // finite terms that overflow raise it too: the check is on m, not on g and e
+    std::vector<float> big(n, std::numeric_limits<float>::max());
+    float overflow = 0.0f;
+    bellows::cpu::compensate(exec, m, big, big, &overflow);
+    CHECK(overflow == 1.0f);
+  }
+  std::vector<float> short_m(3);
+  float flag = 0.0f;
+  bellows::cpu::executor exec(1);
+  CHECK_THROWS_AS(bellows::cpu::compensate(exec, short_m, g, e, &flag), bellows::error);
+}
+
+TEST_CASE("copy: out = x, bit for bit, for any thread count") {
+  const std::size_t n = 2 * bellows::cpu::elementwise_chunk + 7;
+  auto x = bellows::testing::normal_floats(n, 41);
+  x[1] = std::numeric_limits<float>::quiet_NaN();
+  x[2] = -0.0f;
+  for (unsigned threads : {1u, 3u}) {
+    bellows::cpu::executor exec(threads);
+    std::vector<float> out(n, 1.0f);
+    bellows::cpu::copy(exec, out, x);
+    CHECK(std::memcmp(out.data(), x.data(), n * sizeof(float)) == 0);
+  }
+  std::vector<float> short_out(3);
+  bellows::cpu::executor exec(1);
+  CHECK_THROWS_AS(bellows::cpu::copy(exec, short_out, x), bellows::error);
+}
+
 TEST_CASE("divide: divides (not multiplies by the reciprocal), identically for any thread count") {
   const std::size_t n = 2 * bellows::cpu::elementwise_chunk + 3;
   const auto x = bellows::testing::normal_floats(n, 6);

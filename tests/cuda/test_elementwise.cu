@@ -64,30 +64,40 @@ TEST_CASE("cuda elementwise: the CPU kernels' bits, at n = 0, 1 and beyond one g
   }
 }
 
-TEST_CASE("cuda compensate: m = g + e and a flag for NaN and Inf, wherever they are" *
+TEST_CASE("cuda compensate: m = g + e and a flag for NaN and Inf, wherever they are, as the CPU's" *
           doctest::skip(bellows::test::no_device())) {
   bellows::cuda::executor dev;
+  bellows::cpu::executor host(2);
   const std::size_t n = 100'001;
-  std::vector<float> g = seeded(n, 3), e = seeded(n, 4), want(n);
+  std::vector<float> g = seeded(n, 3), e = seeded(n, 4), want(n), on_cpu(n);
   for (std::size_t i = 0; i < n; ++i) want[i] = g[i] + e[i];
+  float cpu_flag = 0.0f;
+  bellows::cpu::compensate(host, on_cpu, g, e, &cpu_flag);
+  CHECK(same_bytes(on_cpu, want));
+  CHECK(cpu_flag == 0.0f);
   bellows::test::device_array<float> dg(g), de(e), m(n);
-  bellows::test::device_array<unsigned> flag(std::vector<unsigned>{0u});
+  bellows::test::device_array<float> flag(std::vector<float>{0.0f});
+  bellows::test::device_array<unsigned> word(std::vector<unsigned>{0u});
   bellows::cuda::compensate(dev, m.span(), dg.span(), de.span(), flag.data());
   CHECK(same_bytes(m.host(), want));
-  CHECK(flag.host()[0] == 0u);
-  bellows::cuda::flag_non_finite(dev, dg.span(), flag.data());
-  CHECK(flag.host()[0] == 0u);
+  CHECK(flag.host()[0] == 0.0f);
+  bellows::cuda::flag_non_finite(dev, dg.span(), word.data());
+  CHECK(word.host()[0] == 0u);
 
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     for (std::size_t at : {std::size_t{0}, n - 1}) {
       std::vector<float> g2 = g;
       g2[at] = bad;
       bellows::test::device_array<float> dg2(g2);
-      bellows::test::device_array<unsigned> f1(std::vector<unsigned>{0u}), f2(std::vector<unsigned>{0u});
+      bellows::test::device_array<float> f1(std::vector<float>{0.0f});
+      bellows::test::device_array<unsigned> f2(std::vector<unsigned>{0u});
       bellows::cuda::compensate(dev, m.span(), dg2.span(), de.span(), f1.data());
       bellows::cuda::flag_non_finite(dev, dg2.span(), f2.data());
-      CHECK(f1.host()[0] == 1u);
+      CHECK(f1.host()[0] == 1.0f);
       CHECK(f2.host()[0] == 1u);
+      float f_cpu = 0.0f;
+      bellows::cpu::compensate(host, on_cpu, g2, e, &f_cpu);
+      CHECK(f_cpu == 1.0f);
     }
   }
 }

@@ -7,7 +7,6 @@
 
 #include <cuda_runtime.h>
 
-#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -70,19 +69,17 @@ struct difference_op {
   const float* b;
   __device__ float operator()(std::size_t i) const noexcept { return __fsub_rn(a[i], b[i]); }
 };
-/// m = g + e, raising *flag (an unsigned word or a float) when m is not finite.
-template <class Flag>
+/// m = g + e, raising *flag when m is not finite.
 struct compensate_op {
   const float* g;
   const float* e;
-  Flag* flag;
+  float* flag;
   __device__ float operator()(std::size_t i) const noexcept {
     const float m = __fadd_rn(g[i], e[i]);
-    if (non_finite(m)) *flag = Flag{1};
+    if (non_finite(m)) *flag = 1.0f;
     return m;
   }
 };
-
 /// Raises *flag when an element of x is not finite; reads only.
 __global__ void flag_to_float_kernel(const unsigned* flag, float* out) { *out = *flag != 0 ? 1.0f : 0.0f; }
 
@@ -172,15 +169,13 @@ inline void copy(executor& exec, std::span<float> out, std::span<const float> x)
 }
 
 /// Error feedback's compensation m = g + e (same lengths; m may alias g or e) in the pass that
-/// checks it: *flag (device memory; an unsigned word, or a float of an allreduce) is set to 1
-/// when an element of m is NaN or +-Inf.
-template <class Flag>
-  requires std::same_as<Flag, unsigned> || std::same_as<Flag, float>
+/// checks it: *flag (a float of device memory, as cpu::compensate's) is set to 1.0f when an
+/// element of m is NaN or +-Inf, and left otherwise.
 inline void compensate(executor& exec, std::span<float> m, std::span<const float> g, std::span<const float> e,
-                       Flag* flag) {
+                       float* flag) {
   detail::same_lengths("compensate", m.size(), g.size());
   detail::same_lengths("compensate", g.size(), e.size());
-  detail::map(exec, m, detail::compensate_op<Flag>{g.data(), e.data(), flag});
+  detail::map(exec, m, detail::compensate_op{g.data(), e.data(), flag});
 }
 
 }  // namespace bellows::cuda
