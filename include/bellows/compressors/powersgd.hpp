@@ -198,9 +198,8 @@ private:
 
     prepare_query(st);
     project_rows(exec, M, std::as_const(st.next).span(), p);
-    fill(exec, st.flag.span(), 0.0f);
-    flag_non_finite(exec, p, st.flag.span().data());
-    copy(exec, vote, std::as_const(st.flag).span());
+    fill(exec, vote, 0.0f);  // this rank's verdict, in the float the allreduce sums
+    flag_non_finite(exec, p, vote.data());
     coll.allreduce_sum(st.exchange.span());
     // One flag for the summed verdict and the summed P (finite terms may overflow).
     copy(exec, st.flag.span(), vote);
