@@ -196,7 +196,8 @@ void check_refusals(const Params& params, const layer_info& layer, Input input) 
       Params without = params;
       without.feedback = feedback::none;
       C<cuda::executor> memoryless(without, exec);
-      ok &= raises<error>([&] { (void)memoryless.reduce(st, g.span(), coll); }, "made with an error memory");
+      ok &= raises<error>([&] { (void)memoryless.reduce(st, g.span(), coll); },
+                          "used by a compressor with feedback none");
       ok &= st.step == 0 && c.reduce(st, g.span(), coll).status == step_status::ok && st.step == 1;
     }
     BELLOWS_CUDA_CHECK(cudaStreamDestroy(stream));

@@ -16,6 +16,7 @@
 #include "bellows/cuda/buffer.cuh"
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/float_array.cuh"
+#include "bellows/feedback/error_feedback.hpp"
 
 namespace bellows::test {
 
@@ -56,15 +57,19 @@ inline std::vector<float> memory_of(const cuda::device_buffer<float>& memory) {
   return e;
 }
 
-/// A device float_array (a state's memory or PowerSGD's query), copied back.
-inline std::vector<float> memory_of(const cuda::float_array& a) {
-  const std::span<const float> d = a.span();
+/// Floats in device memory, copied back after the device's work.
+inline std::vector<float> device_values(std::span<const float> d) {
   std::vector<float> out(d.size());
   BELLOWS_CUDA_CHECK(cudaDeviceSynchronize());
   if (!out.empty())
     BELLOWS_CUDA_CHECK(cudaMemcpy(out.data(), d.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
   return out;
 }
+
+/// A device float_array (PowerSGD's memory or query), copied back.
+inline std::vector<float> memory_of(const cuda::float_array& a) { return device_values(a.span()); }
+/// A device error memory of a state written once over the executor, copied back.
+inline std::vector<float> memory_of(const layer_memory<cuda::executor>& m) { return device_values(m.values()); }
 
 /// A host float_array of a CPU state, as a vector.
 inline std::vector<float> memory_of(const cpu::float_array& a) { return {a.span().begin(), a.span().end()}; }

@@ -98,7 +98,7 @@ std::uint64_t digest_on_device(const typename M::params& params, const bellows::
         d.step(r, g.host());
       }
       std::vector<float> memory;
-      if constexpr (requires { st.memory.span(); }) memory = bellows::test::memory_of(st.memory);
+      if constexpr (requires { bellows::test::memory_of(st.memory); }) memory = bellows::test::memory_of(st.memory);
       bellows::checkpoint_writer record;
       if constexpr (bellows::CheckpointedCompressor<decltype(c)>) c.save(st, record);
       d.finish(memory, record.bytes());

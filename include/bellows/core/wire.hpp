@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string_view>
 #include <type_traits>
 
 #include "bellows/core/checked.hpp"
@@ -126,6 +127,16 @@ private:
   header h_{};
   std::size_t pos_ = 0;
 };
+
+/// Raises bellows::error, naming `who` and the layer, when `out` cannot hold a payload of
+/// `bytes` as a codec's encode writes it (too short, or not starting at a multiple of 8 bytes).
+inline void check_storage(std::string_view who, std::string_view layer, std::span<const std::byte> out,
+                          std::size_t bytes) {
+  BELLOWS_EXPECTS(out.size() >= bytes, who, ": layer '", layer, "': storage of ", out.size(),
+                  " bytes for a payload of up to ", bytes, " (max_payload_bytes)");
+  BELLOWS_EXPECTS(reinterpret_cast<std::uintptr_t>(out.data()) % body_alignment == 0, who, ": layer '", layer,
+                  "': payload storage must start at a multiple of ", body_alignment, " bytes");
+}
 
 /// Reads a payload, validating everything before anything is used. Construction checks the
 /// header against the expected codec; `array` checks each array against the body; `finish`

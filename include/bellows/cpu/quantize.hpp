@@ -29,8 +29,10 @@
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
 #include "bellows/cpu/isa.hpp"
+#include "bellows/cpu/payload_slots.hpp"
 #include "bellows/cpu/philox_lanes.hpp"
 #include "bellows/plan/codes.hpp"
+#include "bellows/plan/payload_slots.hpp"
 
 #if BELLOWS_X86_VERSIONS
 #include <immintrin.h>
@@ -358,6 +360,14 @@ inline bool quantize_pack(executor& exec, std::span<const float> in, const code_
   return std::ranges::all_of(scales, [](float s) { return std::isfinite(s); });
 }
 
+/// quantize_pack in the form the device's takes: *non_finite = 1 when some scale is not finite,
+/// else unchanged.
+inline void quantize_pack(executor& exec, std::span<const float> in, const code_layout& layout, bucket_norm norm,
+                          const philox::stream& rng, std::span<float> scales, std::span<std::uint8_t> codes,
+                          unsigned* non_finite) {
+  if (!quantize_pack(exec, in, layout, norm, rng, scales, codes)) *non_finite = 1u;
+}
+
 /// Decodes packed codes and their scales: out[i] = value_i, or out[i] += value_i when
 /// `accumulate`. Codes are not checked here (every b-bit pattern is a sign and a level <= s);
 /// scales must be finite and >= 0 (the codec's validation checks them).
@@ -399,6 +409,19 @@ inline void average_dequantize(executor& exec, std::span<const code_arrays> part
       default: detail::average_range<8>(parts, layout, out, b0, b1, sum_codes8); break;
     }
   });
+}
+
+/// The average of a step of gathered payloads, validated, and the memory's update: out = the
+/// average_dequantize of every rank's payload, then, when `e` is not empty, e = m - this rank's
+/// decoded payload (m, the compensated gradient, apart from `out`).
+inline void average_payloads(executor& exec, payload_slots<code_arrays>& slots, const code_layout& layout,
+                             const scaled_payload& shape, std::size_t rank, std::span<float> out,
+                             std::span<const float> m, std::span<float> e) {
+  const std::span<const code_arrays> parts = slots.parts(shape);
+  average_dequantize(exec, parts, layout, out);
+  if (e.empty()) return;
+  unpack_dequantize(exec, parts[rank].scales, parts[rank].codes, layout, e, false);
+  subtract(exec, e, m, e);
 }
 
 }  // namespace bellows::cpu

@@ -30,6 +30,8 @@
 #include "bellows/core/error.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
+#include "bellows/cpu/payload_slots.hpp"
+#include "bellows/plan/payload_slots.hpp"
 #include "bellows/plan/signs.hpp"
 
 #if BELLOWS_X86_VERSIONS
@@ -321,6 +323,18 @@ inline bool sign_encode(executor& exec, std::span<const float> in, const sign_la
   return std::ranges::all_of(scales, [](float s) { return std::isfinite(s); });
 }
 
+/// sign_workspace in the form the code written once over executors calls.
+[[nodiscard]] inline std::size_t sign_workspace(executor& /*exec*/, const sign_layout& l) noexcept {
+  return sign_workspace(l);
+}
+
+/// sign_encode in the form the device's takes: *non_finite = 1 when some scale is not finite,
+/// else unchanged.
+inline void sign_encode(executor& exec, std::span<const float> in, const sign_layout& l, std::span<float> scales,
+                        std::span<std::uint8_t> signs, std::span<float> workspace, unsigned* non_finite) {
+  if (!sign_encode(exec, in, l, scales, signs, workspace)) *non_finite = 1u;
+}
+
 /// Decodes a payload's arrays: out[i] = value_i, or out[i] += value_i when `accumulate`. Scales
 /// must be finite and >= 0 (the codec's validation checks them).
 inline void sign_decode(executor& exec, const sign_arrays& p, const sign_layout& l, std::span<float> out,
@@ -333,6 +347,12 @@ inline void sign_decode(executor& exec, const sign_arrays& p, const sign_layout&
     else
       detail::decode_range<detail::decode_mode::write>(p, l, lo, hi, out.data() + lo, nullptr, avx2);
   });
+}
+
+/// sign_decode of the arrays `scales` and `signs`, the device's form.
+inline void sign_decode(executor& exec, std::span<const float> scales, std::span<const std::uint8_t> signs,
+                        const sign_layout& l, std::span<float> out, bool accumulate) {
+  sign_decode(exec, sign_arrays{scales, signs}, l, out, accumulate);
 }
 
 /// The error memory of a step: e[i] = m[i] - value_i of this rank's own payload.
@@ -367,6 +387,17 @@ inline void sign_average(executor& exec, std::span<const sign_arrays> parts, con
       detail::divide_by_count(block, t1 - t0, parts.size());
     }
   });
+}
+
+/// The average of a step of gathered payloads, validated, and the memory's update: out = the
+/// sign_average of every rank's payload, then, when `e` is not empty, the sign_residual of this
+/// rank's payload against m (the compensated gradient, apart from `out`).
+inline void average_payloads(executor& exec, payload_slots<sign_arrays>& slots, const sign_layout& l,
+                             const scaled_payload& shape, std::size_t rank, std::span<float> out,
+                             std::span<const float> m, std::span<float> e) {
+  const std::span<const sign_arrays> parts = slots.parts(shape);
+  sign_average(exec, parts, l, out);
+  if (!e.empty()) sign_residual(exec, parts[rank], l, m, e);
 }
 
 }  // namespace bellows::cpu

@@ -22,10 +22,12 @@
 
 #include "bellows/core/error.hpp"
 #include "bellows/core/shape.hpp"
+#include "bellows/core/traffic.hpp"
 #include "bellows/core/wire.hpp"
 #include "bellows/cuda/buffer.cuh"
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/executor.cuh"
+#include "bellows/plan/payload_slots.hpp"
 
 namespace bellows::cuda {
 
@@ -74,15 +76,34 @@ class payload_slots {
 public:
   static constexpr std::size_t alignment = 256;
 
+  /// The words of a call on one payload, carved from the executor's workspace (reserve() them
+  /// at make_state), the non-finite flag cleared on the executor's stream.
+  struct words : payload_words {
+    explicit words(executor& exec) : payload_words(exec.workspace()) {
+      BELLOWS_CUDA_CHECK(cudaMemsetAsync(non_finite, 0, sizeof(unsigned), exec.stream()));
+    }
+    static void reserve(executor& exec) { exec.reserve(payload_words::bytes()); }
+  };
+
   /// Makes room for `ranks` payloads of at most `bytes` each (allocating only the first time, or
-  /// to grow) and zeroes the flag, the verdicts and the counts; enqueued on `stream`.
-  void prepare(std::size_t ranks, std::size_t bytes, cudaStream_t stream) {
+  /// to grow) and zeroes the flag, the verdicts and the counts; enqueued on the executor's stream.
+  void prepare(executor& exec, std::size_t ranks, std::size_t bytes) {
+    const cudaStream_t stream = exec.stream();
     ranks_ = ranks;
+    bytes_ = bytes;
     slot_ = (bytes + alignment - 1) / alignment * alignment;
     slots_.fit(ranks * slot_, stream);
     flags_.fit(2 * ranks + 2, stream);
     verdicts_.resize(2 * ranks + 1);
     BELLOWS_CUDA_CHECK(cudaMemsetAsync(flags_.data(), 0, (2 * ranks + 2) * sizeof(unsigned), stream));
+  }
+
+  /// Rank r's payload storage: the `bytes` of prepare, at the start of its slot.
+  [[nodiscard]] std::span<std::byte> mine(std::size_t r) const noexcept { return {of(r), bytes_}; }
+  /// The step's allgather of rank r's payload into every slot, in place.
+  template <class Coll>
+  void gather(Coll& coll, std::size_t r) {
+    coll.allgather_slots(std::span<const std::byte>(mine(r)), all(), slot_);
   }
 
   [[nodiscard]] std::size_t slot() const noexcept { return slot_; }
@@ -140,7 +161,52 @@ private:
   device_buffer<std::byte> slots_;
   device_buffer<unsigned> flags_;
   std::vector<unsigned> verdicts_;
-  std::size_t ranks_ = 0, slot_ = 0;
+  std::size_t ranks_ = 0, slot_ = 0, bytes_ = 0;
 };
 
+/// The status of one payload in device memory, as the CPU's validation gives it.
+///  - `full`: the bytes of a payload with entries; `flagged`: those of one flagged non-finite.
+///  - `launch(words)` enqueues the codec's validation kernel over the payload as the one slot
+///    of one rank, OR-ing into words.verdicts[0] and [1] (zeroed here); it runs only when the
+///    payload has `full` bytes and starts at a multiple of 8, so its reads stay inside it.
+///  - `host(bytes)` is the CPU's validation of host bytes: returns its status or raises
+///    bellows::wire_error.
+/// The device's verdict is copied back: one wait for the executor's stream. A payload the kernel
+/// finds malformed, or one of another size or alignment (a flagged top-k payload is its header
+/// alone), is copied back and judged by `host` (a second wait, on that path only): it raises the
+/// CPU's wire_error, or returns the CPU's status. Should the host and the device disagree, raises
+/// bellows::error, since that is a bug of bellows.
+template <class Launch, class Host>
+[[nodiscard]] step_status validate_device_payload(std::string_view who, const layer_info& layer, executor& exec,
+                                                  std::span<const std::byte> payload, std::size_t full,
+                                                  std::size_t flagged, Launch&& launch, Host&& host) {
+  const bool fits =
+      payload.size() == full && reinterpret_cast<std::uintptr_t>(payload.data()) % wire::body_alignment == 0;
+  unsigned verdict = 0;
+  if (fits) {
+    const payload_words words(exec.workspace());
+    BELLOWS_CUDA_CHECK(cudaMemsetAsync(words.verdicts, 0, 2 * sizeof(unsigned), exec.stream()));
+    launch(words);
+    BELLOWS_CUDA_CHECK(
+        cudaMemcpyAsync(&verdict, words.verdicts, sizeof(unsigned), cudaMemcpyDeviceToHost, exec.stream()));
+    exec.synchronize();
+    if (verdict == 0) return step_status::ok;
+    if (verdict == payload_non_finite && full == flagged) return step_status::non_finite;
+  }
+  const step_status s = with_host_copy(exec, payload, std::forward<Host>(host));
+  // the host accepted what the device refused, or a payload the device could not judge with
+  // entries: a payload with entries has `full` bytes
+  if (fits || s == step_status::ok)
+    bellows::fail<error>(who, ": layer '", layer.name, "': the device and the host disagree on a payload of ",
+                         payload.size(), " bytes (a bug in bellows)");
+  return s;
+}
+
 }  // namespace bellows::cuda
+
+namespace bellows {
+template <class Parts>
+struct payload_slots_of<cuda::executor, Parts> {
+  using type = cuda::payload_slots;
+};
+}  // namespace bellows

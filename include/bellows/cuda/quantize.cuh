@@ -21,7 +21,10 @@
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/launch.cuh"
+#include "bellows/cuda/payload_slots.cuh"
+#include "bellows/cuda/scaled_payload.cuh"
 #include "bellows/plan/codes.hpp"
+#include "bellows/plan/payload_slots.hpp"
 
 namespace bellows::cuda {
 
@@ -188,6 +191,19 @@ inline void unpack_dequantize(executor& exec, std::span<const float> scales, std
     case 2: run(&detail::dequantize_kernel<2>); break;
     case 4: run(&detail::dequantize_kernel<4>); break;
     default: run(&detail::dequantize_kernel<8>); break;
+  }
+}
+
+/// cpu::average_payloads of QSGD on the device: the average of every rank's decoded payload into
+/// `out`, and, when `e` is not empty, e = m - this rank's decoded payload, in one pass (the
+/// CPU's sums and quotients). Enqueued.
+inline void average_payloads(executor& exec, const payload_slots& slots, const code_layout& layout,
+                             const scaled_payload& shape, std::size_t rank, std::span<float> out,
+                             std::span<const float> m, std::span<float> e) {
+  switch (layout.bits) {
+    case 2: average_scaled(exec, slots, shape, rank, detail::code_decoder<2>{layout.bucket}, out, m, e); break;
+    case 4: average_scaled(exec, slots, shape, rank, detail::code_decoder<4>{layout.bucket}, out, m, e); break;
+    default: average_scaled(exec, slots, shape, rank, detail::code_decoder<8>{layout.bucket}, out, m, e); break;
   }
 }
 

@@ -1,17 +1,29 @@
 // SPDX-License-Identifier: Apache-2.0
 // The device side of the payloads that hold one float32 scale per bucket and then packed code
-// bytes (QSGD's codes, EF-signSGD's sign bits): writing one's header and padding, validating every
-// rank's in one launch, and averaging them in one pass, each element decoded by the codec's
-// own decoder. compressors/qsgd.cuh and compressors/signsgd.cuh build their steps on them.
+// bytes (QSGD's codes, EF-signSGD's sign bits; plan/payload_slots.hpp's scaled_payload): writing
+// one's header and padding, validating every rank's in one launch, and averaging them in one pass
+// with the memory's update, each element decoded by the codec's own decoder (cuda/quantize.cuh,
+// cuda/signs.cuh). compressors/detail/scaled_codes.hpp builds its step on them; the CPU's forms
+// are in cpu/payload_slots.hpp.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <span>
+#include <string_view>
+#include <utility>
 
+#include "bellows/core/shape.hpp"
+#include "bellows/core/traffic.hpp"
 #include "bellows/core/wire.hpp"
+#include "bellows/cuda/elementwise.cuh"
+#include "bellows/cuda/executor.cuh"
+#include "bellows/cuda/launch.cuh"
 #include "bellows/cuda/payload_slots.cuh"
+#include "bellows/plan/payload_slots.hpp"
 
 namespace bellows::cuda::detail {
 
@@ -81,4 +93,62 @@ __global__ void average_payloads_kernel(const std::byte* slots, std::size_t slot
   }
 }
 
+/// Launches the validation of `ranks` payloads of `shape` laid `slot` bytes apart.
+inline void check_scaled(executor& exec, const std::byte* slots, std::size_t slot, std::size_t ranks,
+                         const scaled_payload& shape, unsigned* verdicts) {
+  const unsigned blocks = std::min(blocks_for(ranks * (shape.header.count + 1), 256), 4096u);
+  launch(&check_payloads_kernel, blocks, 256u, exec.stream(), slots, slot, ranks, shape.header, shape.codes_at,
+         shape.code_bytes, shape.used_bits, verdicts);
+}
+
 }  // namespace bellows::cuda::detail
+
+namespace bellows::cuda {
+
+/// Writes `shape.header` at the start of `payload`, flagged non-finite when *non_finite (device
+/// memory), and zeroes the padding after the packed bytes; enqueued.
+inline void finish_payload(executor& exec, std::span<std::byte> payload, const scaled_payload& shape,
+                           const unsigned* non_finite) {
+  detail::launch(&detail::finish_payload_kernel, 1u, 1u, exec.stream(), payload.data(), shape.header, non_finite,
+                 shape.codes_at + shape.code_bytes, shape.bytes);
+}
+
+/// The status of every gathered payload of `shape`: validated on the device, the verdicts copied
+/// back (the step's one wait). A malformed payload raises the wire_error `check(bytes)` (the
+/// CPU's validation) raises for it, naming the layer and the rank; any flagged one gives
+/// non_finite.
+template <class Check>
+[[nodiscard]] step_status check_payloads(executor& exec, payload_slots& slots, std::string_view who,
+                                         const layer_info& layer, const scaled_payload& shape, Check&& check) {
+  detail::check_scaled(exec, slots.all().data(), slots.slot(), slots.ranks(), shape, slots.verdicts());
+  slots.read_verdicts(exec);
+  if ((slots.worst() & payload_malformed) != 0) slots.report_malformed(exec, who, layer, std::forward<Check>(check));
+  return slots.worst() != 0 ? step_status::non_finite : step_status::ok;
+}
+
+/// The status of one payload of `shape` in device memory, as `check` (the CPU's validation)
+/// gives it: see validate_device_payload.
+template <class Check>
+[[nodiscard]] step_status validate_payload(executor& exec, std::string_view who, const layer_info& layer,
+                                           std::span<const std::byte> payload, const scaled_payload& shape,
+                                           Check&& check) {
+  return validate_device_payload(
+      who, layer, exec, payload, shape.bytes, shape.bytes,
+      [&](const payload_words& words) {
+        detail::check_scaled(exec, payload.data(), shape.bytes, 1, shape, words.verdicts);
+      },
+      [&](std::span<const std::byte> host) { return check(host); });
+}
+
+/// The average of a step's validated payloads into `out`, and, when `e` is not empty, e = m -
+/// this rank's decoded payload, in one pass; `decode` is the codec's decoder. Enqueued.
+template <class Decode>
+void average_scaled(executor& exec, const payload_slots& slots, const scaled_payload& shape, std::size_t rank,
+                    Decode decode, std::span<float> out, std::span<const float> m, std::span<float> e) {
+  if (out.empty()) return;
+  detail::launch(&detail::average_payloads_kernel<Decode>, detail::stride_blocks(out.size()),
+                 detail::elementwise_threads, exec.stream(), slots.all().data(), slots.slot(), slots.ranks(), rank,
+                 out.size(), decode, shape.codes_at, out.data(), m.data(), e.empty() ? nullptr : e.data());
+}
+
+}  // namespace bellows::cuda

@@ -19,6 +19,9 @@
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/launch.cuh"
+#include "bellows/cuda/payload_slots.cuh"
+#include "bellows/cuda/scaled_payload.cuh"
+#include "bellows/plan/payload_slots.hpp"
 #include "bellows/plan/signs.hpp"
 
 namespace bellows::cuda {
@@ -121,6 +124,11 @@ __global__ void sign_decode_kernel(const float* scales, const std::uint8_t* sign
   return l.chunks_per_bucket() > 1 ? l.buckets() * l.chunks_per_bucket() : 0;
 }
 
+/// sign_workspace in the form the code written once over executors calls.
+[[nodiscard]] inline std::size_t sign_workspace(executor& /*exec*/, const sign_layout& l) noexcept {
+  return sign_workspace(l);
+}
+
 /// cpu::sign_encode on the device (in, scales, signs and workspace in device memory): the same
 /// scales and sign bytes for the same input. Instead of returning whether every scale is finite,
 /// sets *non_finite (device memory) to 1 when one is not, and leaves it otherwise. `workspace`
@@ -148,6 +156,15 @@ inline void sign_decode(executor& exec, std::span<const float> scales, std::span
   if (out.empty()) return;
   detail::launch(&detail::sign_decode_kernel, detail::sign_blocks(l.n), detail::sign_threads, exec.stream(),
                  scales.data(), signs.data(), l.n, l.bucket_length(), out.data(), accumulate);
+}
+
+/// cpu::average_payloads of EF-signSGD on the device: the average of every rank's decoded payload
+/// into `out`, and, when `e` is not empty, e = m - this rank's decoded payload, in one pass (the
+/// CPU's sums and quotients). Enqueued.
+inline void average_payloads(executor& exec, const payload_slots& slots, const sign_layout& l,
+                             const scaled_payload& shape, std::size_t rank, std::span<float> out,
+                             std::span<const float> m, std::span<float> e) {
+  average_scaled(exec, slots, shape, rank, detail::sign_decoder{l.bucket_length()}, out, m, e);
 }
 
 }  // namespace bellows::cuda

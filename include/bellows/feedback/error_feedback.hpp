@@ -2,8 +2,8 @@
 // Error feedback: the memory that carries into the next step what compression left out
 // (Stich, Cordonnier, Jaggi, "Sparsified SGD with Memory", 2018).
 //
-// `error_memory` is one layer's memory; compressors that fuse the update into their own passes
-// keep one in their per-layer state. `error_feedback` models the ErrorFeedback concept over many
+// `layer_memory<Exec>` is one layer's memory in a backend's memory (`error_memory` on the CPU);
+// compressors that fuse the update into their own passes keep one in their per-layer state. `error_feedback` models the ErrorFeedback concept over many
 // layers, for composing a memory with any compressor by hand.
 #pragma once
 
@@ -18,20 +18,31 @@
 #include "bellows/core/shape.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
+#include "bellows/cpu/float_array.hpp"
+#include "bellows/plan/float_array.hpp"
 #include "bellows/plan/feedback.hpp"
 
 namespace bellows {
 
-/// One layer's error memory: n floats (none for `feedback::none`), zero at the start.
-class error_memory {
+/// One layer's error memory in the backend's memory: n floats (none for `feedback::none`), zero
+/// at the start. Compressors written once over an executor keep one in their per-layer state.
+template <class Exec>
+class layer_memory {
 public:
-  error_memory() = default;
-  error_memory(feedback kind, std::size_t n) : kind_(kind), e_(kind == feedback::none ? 0 : n, 0.0f) {}
+  layer_memory() = default;
+  layer_memory(Exec& exec, feedback kind, std::size_t n) : kind_(kind), e_(exec, kind == feedback::none ? 0 : n) {}
 
   [[nodiscard]] feedback kind() const noexcept { return kind_; }
   [[nodiscard]] bool enabled() const noexcept { return kind_ != feedback::none; }
-  [[nodiscard]] std::span<float> values() noexcept { return e_; }
-  [[nodiscard]] std::span<const float> values() const noexcept { return e_; }
+  /// The values, in the backend's memory.
+  [[nodiscard]] std::span<float> values() noexcept { return e_.span(); }
+  [[nodiscard]] std::span<const float> values() const noexcept { return e_.span(); }
+  /// The values readable on the host (waits for the executor; `staging` as float_array::host).
+  [[nodiscard]] std::span<const float> host(Exec& exec, std::vector<float>& staging) const {
+    return e_.host(exec, staging);
+  }
+  /// Host values in (as many as the memory holds), complete on return.
+  void assign(Exec& exec, std::span<const float> from) { e_.assign(exec, from); }
 
   /// Raises bellows::error, naming the compressor `who` and the layer, when this memory is not of
   /// `kind`: a state made by a compressor of one feedback, used by one of another.
@@ -41,17 +52,20 @@ public:
   }
 
   /// Called when the trainer's learning rate changes from lr_old to lr_new: a `scaled` memory is
-  /// multiplied by lr_old / lr_new, so it stands for the same parameter update; others ignore it.
-  void rescale(cpu::executor& exec, float lr_old, float lr_new) {
-    BELLOWS_EXPECTS(lr_old > 0 && lr_new > 0, "error_memory: learning rates must be > 0, got ", lr_old, " and ",
-                    lr_new);
-    if (kind_ == feedback::scaled && lr_old != lr_new) cpu::scale(exec, e_, lr_old / lr_new);
+  /// multiplied by lr_old / lr_new (the quotient in float), so it stands for the same parameter
+  /// update; others ignore it. Raises bellows::error, naming `who`, for a rate that is not > 0.
+  void rescale(Exec& exec, float lr_old, float lr_new, std::string_view who = "error_memory") {
+    BELLOWS_EXPECTS(lr_old > 0 && lr_new > 0, who, ": learning rates must be > 0, got ", lr_old, " and ", lr_new);
+    if (kind_ == feedback::scaled && lr_old != lr_new) scale(exec, e_.span(), lr_old / lr_new);
   }
 
 private:
   feedback kind_ = feedback::none;
-  std::vector<float> e_;
+  float_array_for<Exec> e_;
 };
+
+/// One layer's error memory in host memory.
+using error_memory = layer_memory<cpu::executor>;
 
 /// ErrorFeedback over the layers of a model, for any compressor: compensate before compressing,
 /// update with what this rank's compensated gradient became.
@@ -65,7 +79,7 @@ public:
   void add_layer(const layer_info& layer) {
     BELLOWS_EXPECTS(layer.id == layers_.size(), "error_feedback: layer '", layer.name, "' has id ", layer.id,
                     ", expected the next id ", layers_.size());
-    layers_.emplace_back(kind_, layer.size());
+    layers_.emplace_back(*exec_, kind_, layer.size());
     names_.push_back(layer.name);
   }
 

@@ -14,7 +14,6 @@
 #include <span>
 #include <utility>
 
-#include "bellows/compressors/detail/device_payload.cuh"
 #include "bellows/compressors/detail/device_state.cuh"
 #include "bellows/compressors/detail/sparse_codec.hpp"
 #include "bellows/core/checkpoint.hpp"
@@ -78,7 +77,7 @@ public:
     const auto [least, most] = derived().counts(st.layer);
     const std::size_t n = st.layer.size(), count = count_of(payload.size(), least, most);
     const wire::header want = sparse_header(n, count);
-    return validate_device_payload(
+    return cuda::validate_device_payload(
         Derived::name, st.layer, *exec_, payload, sparse_payload_bytes(n, count), wire::header_bytes,
         [&](const cuda::payload_words& words) {
           const unsigned blocks = std::min(cuda::blocks_for(count + 1, 256), 4096u);
@@ -173,7 +172,7 @@ protected:
     check_buffer(st, in_size);
     BELLOWS_EXPECTS(k == kept(st.layer), Derived::name, ": layer '", st.layer.name, "': the state keeps ", k,
                     " elements, this compressor another number (make the state with it)");
-    check_payload_storage(Derived::name, st.layer, out, max_payload_bytes(st));
+    wire::check_storage(Derived::name, st.layer.name, out, max_payload_bytes(st));
   }
 
   /// The end of an encode whose kernels wrote k entries (or *selected.count) after the header of
@@ -209,13 +208,13 @@ protected:
     const auto [least, most] = derived().counts(st.layer);
     const std::size_t bytes = sparse_payload_bytes(n, most);
     const cudaStream_t stream = exec_->stream();
-    slots.prepare(ranks, bytes, stream);
+    slots.prepare(*exec_, ranks, bytes);
     const wire::header h = sparse_header(n, least);
     std::byte* mine = slots.of(rank);
     const device_selection selected = write(sparse_entries_at(mine, most));
     cuda::detail::launch(&cuda::detail::finish_sparse_payload_kernel, 1u, 1u, stream, mine, h, selected.non_finite,
                          selected.count);
-    coll.allgather_slots(std::span<const std::byte>(mine, bytes), slots.all(), slots.slot());
+    slots.gather(coll, rank);
     const unsigned blocks = std::min(cuda::blocks_for(ranks * (most + 1), 256), 4096u);
     cuda::detail::launch(&cuda::detail::check_sparse_payloads_kernel, blocks, 256u, stream, slots.all().data(),
                          slots.slot(), ranks, h, least, most, slots.verdicts(), slots.counts());

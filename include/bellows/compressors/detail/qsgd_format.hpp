@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What QSGD is on every backend: its checked parameters, a layer's code layout, the payload
 // (header, scales, codes, padding) with its complete validation, and the Philox stream of a step.
-// The CPU compressor (compressors/qsgd.hpp) and the device one (compressors/qsgd.cuh) both build on it.
+// compressors/qsgd.hpp builds its step on it, on every backend.
 #pragma once
 
 #include <cstddef>
@@ -16,7 +16,8 @@
 #include "bellows/core/shape.hpp"
 #include "bellows/core/traffic.hpp"
 #include "bellows/core/wire.hpp"
-#include "bellows/cpu/quantize.hpp"
+#include "bellows/plan/codes.hpp"
+#include "bellows/plan/payload_slots.hpp"
 
 namespace bellows::detail {
 
@@ -63,6 +64,12 @@ public:
     h.param = param();
     h.body_bytes = payload_bytes(n) - wire::header_bytes;
     return h;
+  }
+
+  /// Where the parts of a payload for n elements lie (plan/payload_slots.hpp).
+  [[nodiscard]] scaled_payload shape(std::size_t n) const {
+    const code_layout l = layout(n);
+    return {header(n), codes_offset(n), l.code_bytes(), static_cast<unsigned>(n * l.bits % 8), payload_bytes(n)};
   }
 
   /// The noise of one step: Philox stream {seed, step, layer id, rank}.

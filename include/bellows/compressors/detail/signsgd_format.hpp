@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What EF-signSGD is on every backend: its checked parameters, a layer's sign layout, the payload
-// (header, scales, sign bits, padding) with its complete validation, and its traffic. The CPU
-// compressor (compressors/signsgd.hpp) and the device one (compressors/signsgd.cuh) both build on it.
+// (header, scales, sign bits, padding) with its complete validation, and its traffic.
+// compressors/signsgd.hpp builds its step on it, on every backend.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +14,7 @@
 #include "bellows/core/shape.hpp"
 #include "bellows/core/traffic.hpp"
 #include "bellows/core/wire.hpp"
+#include "bellows/plan/payload_slots.hpp"
 #include "bellows/plan/signs.hpp"
 
 namespace bellows::detail {
@@ -24,6 +25,9 @@ public:
   explicit signsgd_format(const signsgd_params& params) : params_(params) { params.validate(); }
 
   [[nodiscard]] const signsgd_params& params() const noexcept { return params_; }
+
+  /// Every layer fits (no randomness, no stream to overrun): nothing to check.
+  static void check_layer(const layer_info& /*layer*/) noexcept {}
 
   /// Raises bellows::error when a buffer of n elements does not fit the layer.
   static void check_size(const layer_info& layer, std::size_t n) {
@@ -55,6 +59,12 @@ public:
     return h;
   }
 
+  /// Where the parts of a payload for n elements lie (plan/payload_slots.hpp).
+  [[nodiscard]] scaled_payload shape(std::size_t n) const {
+    const sign_layout l = layout(n);
+    return {header(n), signs_offset(n), l.sign_bytes(), static_cast<unsigned>(n % 8), payload_bytes(n)};
+  }
+
   /// What one rank sends for a layer of n elements: the payload's bytes, its B scales and n
   /// signs as values, and n elements kept (a dense method), as QSGD reports.
   [[nodiscard]] traffic sent(std::size_t n) const { return {payload_bytes(n), layout(n).buckets() + n, n}; }
@@ -81,14 +91,6 @@ public:
         if (!(scales[b] >= 0.0f && scales[b] <= std::numeric_limits<float>::max()))
           fail<wire_error>("signsgd: scale ", scales[b], " of bucket ", b, " is not a finite number >= 0");
     return r;
-  }
-
-  /// The arrays of a payload that check() accepted.
-  [[nodiscard]] sign_arrays arrays(const layer_info& layer, std::span<const std::byte> payload) const {
-    const sign_layout l = layout(layer.size());
-    wire::reader r(payload, signsgd_method::codec);
-    const std::span<const float> scales = r.array<float>(l.buckets());
-    return {scales, r.array<std::uint8_t>(l.sign_bytes())};
   }
 
 private:

@@ -299,14 +299,14 @@ public:
 protected:
   /// Sizes the memories for `kind` on a fresh state; on a used one, checks that the kind is the
   /// one it was made with (a state keeps its memory across compressors of other ratios).
-  static void fit_memory(sparse_state& st, feedback kind) {
+  void fit_memory(sparse_state& st, feedback kind) const {
     const std::size_t n = st.layer.size();
     if (st.memory.kind() == kind && st.memory.values().size() == (kind == feedback::none ? 0 : n)) return;
     BELLOWS_EXPECTS(st.step == 0 && st.memory.kind() == feedback::none && st.memory.values().empty(), Derived::name,
                     ": layer '", st.layer.name, "' has a state made with feedback ", to_string(st.memory.kind()),
                     ", used by a compressor with feedback ", to_string(kind));
-    st.memory = error_memory(kind, n);
-    st.staged_ = error_memory(kind, n);
+    st.memory = error_memory(*exec_, kind, n);
+    st.staged_ = error_memory(*exec_, kind, n);
   }
 
   /// The memory e and the buffer its successor goes to; both empty without feedback.

@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: Apache-2.0
+// The step of the codecs whose payload is one float32 scale per bucket and then packed bytes
+// (QSGD's codes, EF-signSGD's sign bits), written once over the executor: the CPU keeps a state
+// in host memory and exchanges through any Collective, the device in device memory through a
+// DeviceCollective on the executor's stream, with the same payload bytes, outputs and memories.
+//
+// One step:
+//   m = g + e (with a memory) -> the codec's encoding kernel writes the scales and packed bytes
+//   into this rank's payload storage, setting a flag word for input that is not finite ->
+//   finish_payload writes the header (flagged) and the padding -> one allgather -> every rank's
+//   payload validated (check_payloads: on the device one kernel, the verdicts copied back, the
+//   step's one wait; a malformed payload raises the CPU validation's wire_error) -> when all are
+//   good and finite: average_payloads writes the average into g and e = m - this rank's decoded
+//   payload (one pass on the device, the CPU's kernels in turn), and the counter advances. A
+//   flagged payload leaves g, e and the counter as they were.
+//
+// Derived (qsgd<Exec>, signsgd<Exec>) brings its name, its format (compressors/detail/*_format.hpp:
+// layout, shape, header checks) and, as private members its base may call:
+//   workspace_floats(layout): the floats of scratch its encoder needs;
+//   encode_arrays(st, in, layout, scales, codes, workspace, non_finite, rank): its encoding kernel;
+//   decode_arrays(scales, codes, layout, acc): adds one payload's decoded values to acc.
+// The backends supply the rest (plan/payload_slots.hpp, cpu/payload_slots.hpp,
+// cuda/scaled_payload.cuh, and average_payloads beside each codec's kernels).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "bellows/compressors/detail/step_record.hpp"
+#include "bellows/concepts.hpp"
+#include "bellows/core/checkpoint.hpp"
+#include "bellows/core/error.hpp"
+#include "bellows/core/shape.hpp"
+#include "bellows/core/traffic.hpp"
+#include "bellows/core/wire.hpp"
+#include "bellows/feedback/error_feedback.hpp"
+#include "bellows/plan/float_array.hpp"
+#include "bellows/plan/payload_slots.hpp"
+
+namespace bellows::detail {
+
+template <class Derived, class Exec, class Format, class Parts>
+class scaled_codes {
+  static_assert(Executor<Exec>, "scaled_codes<Exec>: Exec must model Executor");
+  using array = float_array_for<Exec>;
+  using slots_type = payload_slots_for<Exec, Parts>;
+
+public:
+  using params_type = std::remove_cvref_t<decltype(std::declval<const Format&>().params())>;
+
+  /// One layer: step counter, error memory and workspace, all but the counter in the backend's
+  /// memory. The payload slots are sized by the first step (they depend on the ranks).
+  struct state {
+    layer_info layer;
+    std::uint64_t step = 0;
+    layer_memory<Exec> memory;  ///< e, zero at first (no values without a memory)
+    array compensated;          ///< m = g + e (empty without a memory)
+    mutable array workspace;    ///< the encoder's scratch (EF-signSGD's chunk sums of long buckets)
+    slots_type slots;           ///< this step's payloads
+  };
+
+  [[nodiscard]] const params_type& params() const noexcept { return format_.params(); }
+  [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allgather; }
+
+  /// Validates the layer and sizes its state; reserves what a PayloadCodec call on one payload
+  /// needs of the executor (the device's flag and verdict words).
+  [[nodiscard]] state make_state(const layer_info& layer) const {
+    Format::check_layer(layer);
+    slots_type::words::reserve(*exec_);
+    const std::size_t n = layer.size();
+    state st;
+    st.layer = layer;
+    st.memory = layer_memory<Exec>(*exec_, params().feedback, n);
+    st.compensated = array(*exec_, st.memory.enabled() ? n : 0);
+    st.workspace = array(*exec_, derived().workspace_floats(format_.layout(n)));
+    return st;
+  }
+
+  /// One step (a collective call; see the file's comment). On the device the collective enqueues
+  /// on the executor's stream; the step waits for it once, for the verdicts, and the average and
+  /// the memory's update are still running when it returns.
+  template <CollectiveFor<Exec> Coll>
+  reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
+    Format::check_size(st.layer, inout.size());
+    if constexpr (requires { coll.stream() == exec_->stream(); })
+      BELLOWS_EXPECTS(coll.stream() == exec_->stream(), Derived::name, ": layer '", st.layer.name,
+                      "': the collective and the executor enqueue on different streams; give both the same one");
+    st.memory.check_kind(Derived::name, st.layer.name, params().feedback);
+    const std::size_t n = st.layer.size(), rank = coll.rank();
+    const auto layout = format_.layout(n);
+    const scaled_payload shape = format_.shape(n);
+    if (const std::size_t need = derived().workspace_floats(layout); st.workspace.size() < need) {
+      exec_->synchronize();  // work enqueued before may still use the buffer replaced
+      st.workspace = array(*exec_, need);
+    }
+    st.slots.prepare(*exec_, coll.size(), shape.bytes);
+    std::span<const float> m = inout;
+    if (st.memory.enabled()) {
+      add(*exec_, st.compensated.span(), inout, st.memory.values());
+      m = st.compensated.span();
+    }
+    encode_into(st, m, st.slots.mine(rank), shape, st.slots.non_finite(), rank);
+    st.slots.gather(coll, rank);
+    const step_status status =
+        check_payloads(*exec_, st.slots, Derived::name, st.layer, shape,
+                       [&](std::span<const std::byte> payload) { return host_status(st, payload); });
+    const traffic sent = format_.sent(n);
+    if (status != step_status::ok) return {status, sent};
+    average_payloads(*exec_, st.slots, layout, shape, rank, inout, m, st.memory.values());
+    ++st.step;
+    return {step_status::ok, sent};
+  }
+
+  // PayloadCodec, on the backend's memory (device memory for the device; enqueued there).
+
+  /// The bytes of every payload of the layer.
+  [[nodiscard]] std::size_t max_payload_bytes(const state& st) const { return format_.shape(st.layer.size()).bytes; }
+
+  /// This rank's payload for `in` as it is (m = g + e when the caller keeps a memory), with the
+  /// step's randomness where the codec draws any, written into `out` (max_payload_bytes from a
+  /// multiple of 8). The step counter is not advanced. Raises bellows::error when `in` or `out`
+  /// does not fit, or when the state's workspace is too small for this compressor.
+  [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in, std::span<std::byte> out,
+                                            std::size_t rank = 0) const {
+    Format::check_size(st.layer, in.size());
+    const scaled_payload shape = format_.shape(st.layer.size());
+    wire::check_storage(Derived::name, st.layer.name, out, shape.bytes);
+    const std::size_t need = derived().workspace_floats(format_.layout(st.layer.size()));
+    BELLOWS_EXPECTS(st.workspace.size() >= need, Derived::name, ": layer '", st.layer.name, "': the state holds ",
+                    st.workspace.size(), " floats of workspace, this compressor needs ", need,
+                    " (make the state with it)");
+    typename slots_type::words words(*exec_);
+    encode_into(st, in, out.first(shape.bytes), shape, words.non_finite, rank);
+    return out.first(shape.bytes);
+  }
+
+  /// The status of one payload: non_finite for a flagged one; raises bellows::wire_error for a
+  /// malformed one. The device waits for its stream to return it.
+  [[nodiscard]] step_status validate(const state& st, std::span<const std::byte> payload) const {
+    return validate_payload(*exec_, Derived::name, st.layer, payload, format_.shape(st.layer.size()),
+                            [&](std::span<const std::byte> host) { return host_status(st, host); });
+  }
+
+  /// Validates as validate does, and when the payload is good and finite adds its decoded values
+  /// to `acc` (n floats). `acc` is untouched on error or non_finite.
+  [[nodiscard]] step_status decode_add(const state& st, std::span<const std::byte> payload,
+                                       std::span<float> acc) const {
+    Format::check_size(st.layer, acc.size());
+    const step_status s = validate(st, payload);
+    if (s != step_status::ok) return s;
+    const auto layout = format_.layout(st.layer.size());
+    const scaled_payload shape = format_.shape(st.layer.size());
+    derived().decode_arrays({reinterpret_cast<const float*>(payload.data() + wire::header_bytes), layout.buckets()},
+                            {reinterpret_cast<const std::uint8_t*>(payload.data() + shape.codes_at), shape.code_bytes},
+                            layout, acc);
+    return s;
+  }
+
+  /// When the trainer's learning rate changes from lr_old to lr_new: a feedback::scaled memory
+  /// is multiplied by lr_old / lr_new, so that it stands for the same parameter update; other
+  /// memories are left alone.
+  void rescale(state& st, float lr_old, float lr_new) const {
+    st.memory.rescale(*exec_, lr_old, lr_new, Derived::name);
+  }
+
+  /// Appends the step counter and the error memory (empty without one): the same record on
+  /// every backend. Waits for the executor.
+  void save(const state& st, checkpoint_writer& out) const {
+    std::vector<float> staging;
+    write_step_record(out, st.step, st.memory.host(*exec_, staging));
+  }
+  /// Reads what save wrote for the same layer and configuration; checks before it changes anything.
+  void load(state& st, checkpoint_reader& in) const {
+    const std::string name(Derived::name);
+    const step_record rec = read_step_record(in, st.memory.values().size(), name + " step", name + " error memory");
+    st.memory.assign(*exec_, rec.memory);
+    st.step = rec.step;
+  }
+
+protected:
+  scaled_codes(const params_type& params, Exec& exec) : format_(params), exec_(&exec) {}
+
+  Format format_;
+  Exec* exec_;
+
+private:
+  [[nodiscard]] const Derived& derived() const noexcept { return static_cast<const Derived&>(*this); }
+
+  /// The codec's arrays of `in` into `out` (a payload of `shape`), then its header and padding.
+  void encode_into(const state& st, std::span<const float> in, std::span<std::byte> out, const scaled_payload& shape,
+                   unsigned* non_finite, std::size_t rank) const {
+    const auto layout = format_.layout(st.layer.size());
+    derived().encode_arrays(st, in, layout, {reinterpret_cast<float*>(out.data() + wire::header_bytes), layout.buckets()},
+                            {reinterpret_cast<std::uint8_t*>(out.data() + shape.codes_at), shape.code_bytes},
+                            st.workspace.span(), non_finite, rank);
+    finish_payload(*exec_, out, shape, non_finite);
+  }
+
+  /// The CPU's validation of a payload in host memory: its status, or a wire_error.
+  [[nodiscard]] step_status host_status(const state& st, std::span<const std::byte> payload) const {
+    const wire::reader r = format_.check(st.layer, payload);
+    return (r.head().flags & wire::flag::non_finite) ? step_status::non_finite : step_status::ok;
+  }
+};
+
+}  // namespace bellows::detail

@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CPU's payload slots (plan/payload_slots.hpp): this rank's payload in host memory, the
+// gather_buffer a Collective's allgather fills, and the parts the average reads; and the steps of
+// a scaled payload that are not the codec's own: writing its header and padding, and validating
+// what was gathered (each payload by the codec's host check, in rank order).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "bellows/core/gather_buffer.hpp"
+#include "bellows/core/shape.hpp"
+#include "bellows/core/traffic.hpp"
+#include "bellows/core/wire.hpp"
+#include "bellows/cpu/executor.hpp"
+#include "bellows/plan/payload_slots.hpp"
+
+namespace bellows::cpu {
+
+template <class Parts>
+class payload_slots {
+public:
+  /// The words of a call on one payload: host memory on the caller's stack.
+  struct words {
+    explicit words(executor& /*exec*/) noexcept {}
+    words(const words&) = delete;
+    words& operator=(const words&) = delete;
+    static void reserve(executor& /*exec*/) noexcept {}
+    unsigned flag = 0;
+    unsigned* non_finite = &flag;
+  };
+
+  /// Makes room for this rank's payload of `bytes` (allocating only to grow) and clears the flag.
+  void prepare(executor& /*exec*/, std::size_t /*ranks*/, std::size_t bytes) {
+    if (mine_.size() * 8 < bytes) mine_.resize((bytes + 7) / 8);
+    bytes_ = bytes;
+    flag_ = 0;
+  }
+  [[nodiscard]] std::span<std::byte> mine(std::size_t /*rank*/) noexcept {
+    return std::as_writable_bytes(std::span(mine_)).first(bytes_);
+  }
+  [[nodiscard]] unsigned* non_finite() noexcept { return &flag_; }
+  /// The step's allgather of this rank's payload.
+  template <class Coll>
+  void gather(Coll& coll, std::size_t rank) {
+    coll.allgather(std::span<const std::byte>(mine(rank)), gathered_);
+  }
+
+  [[nodiscard]] std::size_t ranks() const noexcept { return gathered_.blocks(); }
+  /// Rank r's payload as gathered.
+  [[nodiscard]] std::span<const std::byte> block(std::size_t r) const { return gathered_.block(r); }
+
+  /// Every rank's arrays, read from validated payloads of `shape` (no allocation once the slots
+  /// have held as many ranks).
+  [[nodiscard]] std::span<const Parts> parts(const scaled_payload& shape) {
+    parts_.resize(ranks());
+    for (std::size_t r = 0; r < ranks(); ++r) parts_[r] = scaled_parts(block(r), shape);
+    return parts_;
+  }
+
+  /// The arrays of one validated payload of `shape`.
+  [[nodiscard]] static Parts scaled_parts(std::span<const std::byte> payload, const scaled_payload& shape) {
+    const auto* scales = reinterpret_cast<const float*>(payload.data() + wire::header_bytes);
+    const auto* codes = reinterpret_cast<const std::uint8_t*>(payload.data() + shape.codes_at);
+    return {{scales, shape.header.count}, {codes, shape.code_bytes}};
+  }
+
+private:
+  std::vector<std::uint64_t> mine_;  // 8-byte aligned
+  std::size_t bytes_ = 0;
+  unsigned flag_ = 0;
+  gather_buffer gathered_;
+  std::vector<Parts> parts_;
+};
+
+/// Writes `shape.header` at the start of `payload`, flagged non-finite when *non_finite, and
+/// zeroes the padding after the packed bytes: what wire::writer::finish writes.
+inline void finish_payload(executor& /*exec*/, std::span<std::byte> payload, const scaled_payload& shape,
+                           const unsigned* non_finite) {
+  wire::header h = shape.header;
+  if (*non_finite != 0) h.flags |= wire::flag::non_finite;
+  std::memcpy(payload.data(), &h, wire::header_bytes);
+  const std::size_t pad = shape.codes_at + shape.code_bytes;
+  std::memset(payload.data() + pad, 0, shape.bytes - pad);
+}
+
+/// The status of every gathered payload by `check(payload)`, the codec's host validation (which
+/// raises wire_error for a malformed one), in rank order: non_finite when any sender flagged its
+/// input, else ok.
+template <class Parts, class Check>
+[[nodiscard]] step_status check_payloads(executor& /*exec*/, const payload_slots<Parts>& slots, std::string_view /*who*/,
+                                         const layer_info& /*layer*/, const scaled_payload& /*shape*/, Check&& check) {
+  bool flagged = false;
+  for (std::size_t r = 0; r < slots.ranks(); ++r) flagged |= check(slots.block(r)) == step_status::non_finite;
+  return flagged ? step_status::non_finite : step_status::ok;
+}
+
+/// The status of one payload in host memory: `check(payload)`, the codec's host validation.
+template <class Check>
+[[nodiscard]] step_status validate_payload(executor& /*exec*/, std::string_view /*who*/, const layer_info& /*layer*/,
+                                           std::span<const std::byte> payload, const scaled_payload& /*shape*/,
+                                           Check&& check) {
+  return check(payload);
+}
+
+}  // namespace bellows::cpu
+
+namespace bellows {
+template <class Parts>
+struct payload_slots_of<cpu::executor, Parts> {
+  using type = cpu::payload_slots<Parts>;
+};
+}  // namespace bellows

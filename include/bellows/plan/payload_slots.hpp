@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+// Where a backend keeps the payloads of a gather codec's step, for the code written once over
+// executors (compressors/detail/scaled_codes.hpp): payload_slots_for<cpu::executor, Parts> is
+// cpu::payload_slots (cpu/payload_slots.hpp: this rank's payload and a gather_buffer, host
+// memory), payload_slots_for<cuda::executor, Parts> is cuda::payload_slots (one slot per rank in
+// device memory, and the words the device's kernels report in). Parts names what the CPU's
+// average reads of one payload (code_arrays, sign_arrays); the device reads the slots in place.
+//
+// Both have the same members: prepare(exec, ranks, bytes) before a step; mine(rank), this rank's
+// payload storage (bytes long, 8-byte aligned); non_finite(), the flag word its encoding kernels
+// set; gather(coll, rank, bytes), the step's one allgather; and a nested `words` type, the flag
+// and verdict words of a call on one payload (encode, validate, decode_add), made from the
+// executor: `words::reserve(exec)` at make_state, `words w(exec)` per call, with w.non_finite zero.
+#pragma once
+
+#include <cstddef>
+
+#include "bellows/core/wire.hpp"
+
+namespace bellows {
+
+/// Where the parts of a payload made of one float32 scale per bucket and then packed bytes (QSGD's
+/// codes, EF-signSGD's sign bits) lie, for a layer: the header a finite sender writes, the first
+/// byte and the count of the packed bytes, the bits used in the last of them (0: all eight), and
+/// the payload's bytes (header, scales, packed bytes, zero padding to a multiple of 8).
+struct scaled_payload {
+  wire::header header{};
+  std::size_t codes_at = 0;
+  std::size_t code_bytes = 0;
+  unsigned used_bits = 0;
+  std::size_t bytes = 0;
+};
+
+/// Specialised beside each backend's payload slots.
+template <class Exec, class Parts>
+struct payload_slots_of;
+template <class Exec, class Parts>
+using payload_slots_for = typename payload_slots_of<Exec, Parts>::type;
+
+}  // namespace bellows
