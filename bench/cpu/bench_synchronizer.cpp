@@ -50,7 +50,9 @@ struct clocked {
   double* inside;
 
   [[nodiscard]] state make_state(const bellows::layer_info& layer) const { return inner.make_state(layer); }
-  [[nodiscard]] bellows::aggregation aggregation() const { return inner.aggregation(); }
+  [[nodiscard]] bellows::exchange_rounds rounds(const state& st, std::size_t ranks) const {
+    return inner.rounds(st, ranks);
+  }
   // (clang-format-14 would join the requires clause to the declaration)
   // clang-format off
   [[nodiscard]] bool compresses(const state& st) const

@@ -26,13 +26,6 @@ namespace bellows {
 class checkpoint_writer;  // core/checkpoint.hpp
 class checkpoint_reader;
 
-/// How a compressor exchanges its payloads.
-enum class aggregation : std::uint8_t {
-  allreduce,            ///< one allreduce_sum of a dense or shared-index buffer
-  allgather,            ///< one allgather of per-rank payloads, decoded and summed
-  allreduce_two_round,  ///< two allreduce_sums (PowerSGD's P, then Q)
-};
-
 /// Collective: the transport of one group of ranks (MPI communicator, NCCL communicator, threads).
 ///  1. `c.rank()` and `c.size()`: this rank's index in [0, size) and the number of ranks, both
 ///     convertible to std::size_t and fixed for the collective's life.
@@ -116,7 +109,11 @@ concept CollectiveFor = Collective<C> &&(!requires(const E& e) { e.stream(); } |
 ///     the step counter of the state has advanced by one. If any rank's input held NaN or Inf,
 ///     every rank returns step_status::non_finite, `inout` is as it was and no state changed; the
 ///     ranks agree on this through their first exchange, so no rank waits for another.
-///  4. `c.aggregation()` -> bellows::aggregation: how reduce exchanges.
+///  4. `c.rounds(state, ranks)` -> bellows::exchange_rounds: the collective calls the next reduce
+///     of this state by this compressor makes over `ranks` ranks when every input is finite, in
+///     order, with the bytes this rank hands to each: true per state (a layer PowerSGD leaves
+///     dense, top-k's dense switch), so that an exchange layer can size one buffer for many
+///     layers.
 /// Single-round codecs also model PayloadCodec below.
 /// Minimal model: bellows::identity (compressors/identity.hpp).
 template <class C, class Coll>
@@ -124,7 +121,7 @@ concept Compressor = Collective<Coll> &&
     requires(C& c, const C& cc, const layer_info& layer, typename C::state& st, std::span<float> inout, Coll& coll) {
   { cc.make_state(layer) } -> std::same_as<typename C::state>;
   { c.reduce(st, inout, coll) } -> std::same_as<reduce_result>;
-  { cc.aggregation() } -> std::same_as<aggregation>;
+  { cc.rounds(std::as_const(st), std::size_t{1}) } -> std::same_as<exchange_rounds>;
 };
 
 /// PayloadCodec: a single-round compressor whose payload a trainer may carry itself.

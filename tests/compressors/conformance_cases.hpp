@@ -20,7 +20,9 @@ struct compressor_only {
   using state = typename C::state;
   C inner;
   [[nodiscard]] state make_state(const layer_info& layer) const { return inner.make_state(layer); }
-  [[nodiscard]] bellows::aggregation aggregation() const { return inner.aggregation(); }
+  [[nodiscard]] bellows::exchange_rounds rounds(const state& st, std::size_t ranks) const {
+    return inner.rounds(st, ranks);
+  }
   template <class Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     return inner.reduce(st, inout, coll);

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "../support/allocation_counter.hpp"
@@ -131,6 +132,47 @@ TEST_CASE_TEMPLATE_DEFINE("conformance: the traffic reported is the traffic the 
       if (reported == comm.total().bytes_sent && reported > 0) ++right;
     });
     CHECK(right == static_cast<int>(w));
+  }
+}
+
+TEST_CASE_TEMPLATE_DEFINE("conformance: the rounds a state states are the calls and bytes the collective carried", Case,
+                          conformance_10) {
+  for (const bellows::shape& shp : test_shapes) {
+    for (std::size_t w : {1u, 2u, 3u}) {
+      CAPTURE(shp.to_string());
+      CAPTURE(w);
+      bellows::cpu::executor exec(1);
+      local_group group(w);
+      std::atomic<int> right{0};
+      group.run([&](local& inner) {
+        bellows::collectives::counting<local> comm(inner);
+        auto c = Case::make(exec);
+        auto st = c.make_state({5, "conv.weight", shp});
+        bool ok = true;
+        for (int s = 0; s < 3; ++s) {
+          const bellows::exchange_rounds rounds = c.rounds(std::as_const(st), w);
+          const bellows::collectives::op_counts reduced = comm.allreduce(), gathered = comm.allgather();
+          auto x = gradient(shp.size(), comm.rank(), s);
+          ok &= c.reduce(st, x, comm).status == bellows::step_status::ok;
+          std::uint64_t calls[2] = {}, most[2] = {};
+          bool exact[2] = {true, true};
+          for (const bellows::exchange_round& r : rounds) {
+            const auto op = static_cast<std::size_t>(r.op);
+            ++calls[op];
+            most[op] += r.bytes;
+            exact[op] = exact[op] && r.exact;
+          }
+          const std::uint64_t sent[2] = {comm.allreduce().bytes_sent - reduced.bytes_sent,
+                                         comm.allgather().bytes_sent - gathered.bytes_sent};
+          ok &= rounds.size() >= 1 && rounds.size() <= bellows::exchange_rounds::capacity;
+          ok &=
+              comm.allreduce().calls - reduced.calls == calls[0] && comm.allgather().calls - gathered.calls == calls[1];
+          for (std::size_t op = 0; op < 2; ++op) ok &= exact[op] ? sent[op] == most[op] : sent[op] <= most[op];
+        }
+        if (ok) ++right;
+      });
+      CHECK(right == static_cast<int>(w));
+    }
   }
 }
 
@@ -321,3 +363,4 @@ TEST_CASE_TEMPLATE_APPLY(conformance_6, bellows::testing::conformance_cases);
 TEST_CASE_TEMPLATE_APPLY(conformance_7, bellows::testing::conformance_cases);
 TEST_CASE_TEMPLATE_APPLY(conformance_8, bellows::testing::conformance_cases);
 TEST_CASE_TEMPLATE_APPLY(conformance_9, bellows::testing::conformance_cases);
+TEST_CASE_TEMPLATE_APPLY(conformance_10, bellows::testing::conformance_cases);

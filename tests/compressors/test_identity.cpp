@@ -26,8 +26,9 @@ TEST_CASE("identity: the exact average, divided by W, with its traffic") {
     std::atomic<int> right{0};
     group.run([&](bellows::collectives::local& comm) {
       bellows::identity<> c;
-      CHECK(c.aggregation() == bellows::aggregation::allreduce);
       auto st = c.make_state({0, "fc", bellows::shape{7, 111}});
+      CHECK(c.rounds(st, w) == bellows::exchange_rounds{{bellows::collective_op::allreduce_sum, 4},
+                                                        {bellows::collective_op::allreduce_sum, 4 * n}});
       auto x = bellows::testing::normal_floats(n, comm.rank());
       const auto r = c.reduce(st, x, comm);
       const bool ok = x == expected && r.status == bellows::step_status::ok && st.step == 1 &&

@@ -343,9 +343,10 @@ TEST_CASE("powersgd: layers under the compression-rate rule and 1-D tensors are 
       auto st = c.make_state({0, "bias", shp});
       auto x = bellows::testing::normal_floats(n, comm.rank());
       const auto res = c.reduce(st, x, comm);
-      const bool ok = !st.compressed() && !c.compresses(st) && st.memory.span().empty() &&
-                      c.aggregation(st) == bellows::aggregation::allreduce && x == expected &&
-                      res.sent == bellows::traffic{4 * (n + 1), n + 1, n} && comm.allreduce().calls == 1;
+      const bool ok =
+          !st.compressed() && !c.compresses(st) && st.memory.span().empty() &&
+          c.rounds(st, w) == bellows::exchange_rounds{{bellows::collective_op::allreduce_sum, 4 * (n + 1)}} &&
+          x == expected && res.sent == bellows::traffic{4 * (n + 1), n + 1, n} && comm.allreduce().calls == 1;
       if (ok) ++right;
     });
     CHECK(right == static_cast<int>(w));
@@ -364,7 +365,9 @@ TEST_CASE("powersgd: (n + m) r' floats and one vote in two allreduces") {
     const auto res = c.reduce(st, x, comm);
     const std::uint64_t floats = (100 + 30) * 4 + 1;
     if (res.sent == bellows::traffic{4 * floats, floats, 130 * 4} && comm.allreduce().calls == 2 &&
-        comm.allreduce().bytes_sent == 4 * floats && c.aggregation(st) == bellows::aggregation::allreduce_two_round)
+        comm.allreduce().bytes_sent == 4 * floats &&
+        c.rounds(st, 2) == bellows::exchange_rounds{{bellows::collective_op::allreduce_sum, 4 * (100 * 4 + 1)},
+                                                    {bellows::collective_op::allreduce_sum, 4 * 30 * 4}})
       ++right;
   });
   CHECK(right == 2);

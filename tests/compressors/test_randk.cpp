@@ -66,7 +66,7 @@ TEST_CASE("randk: for W = 1, 2, 3, 8 the output is the average of every rank's d
     }
 }
 
-TEST_CASE("randk: the traffic of a step, and the aggregation of each mode") {
+TEST_CASE("randk: the traffic of a step, and the rounds of each mode") {
   bellows::cpu::executor exec(1);
   bellows::archetypes::collective solo;
   const std::size_t n = 3000;
@@ -76,10 +76,11 @@ TEST_CASE("randk: the traffic of a step, and the aggregation of each mode") {
     auto x = bellows::testing::normal_floats(n, 1);
     const auto sent = c.reduce(st, x, solo).sent;
     if (mode == bellows::randk_mode::shared) {
-      CHECK(c.aggregation() == bellows::aggregation::allreduce);
+      CHECK(c.rounds(st, 1) == bellows::exchange_rounds{{bellows::collective_op::allreduce_sum, 4 * 151}});
       CHECK(sent == bellows::traffic{4 * 151, 151, 150});
     } else {
-      CHECK(c.aggregation() == bellows::aggregation::allgather);
+      CHECK(c.rounds(st, 1) == bellows::exchange_rounds{
+                                   {bellows::collective_op::allgather, bellows::detail::sparse_payload_bytes(n, 150)}});
       CHECK(sent == bellows::traffic{bellows::detail::sparse_payload_bytes(n, 150), 150, 150});
     }
   }

@@ -81,7 +81,11 @@ public:
   [[nodiscard]] state make_state(const layer_info& layer) const {
     return {layer, 0, float_array_for<Exec>(*exec_, 1), {}};
   }
-  [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allreduce; }
+  /// The allreduce of the verdict (one float), then the allreduce of the data.
+  [[nodiscard]] exchange_rounds rounds(const state& st, std::size_t /*ranks*/) const {
+    return {{collective_op::allreduce_sum, sizeof(float)},
+            {collective_op::allreduce_sum, st.layer.size() * sizeof(float)}};
+  }
 
   /// One step: an allreduce of each rank's verdict on its input (1 if it holds NaN or Inf), read
   /// on the host (the one wait), then the allreduce of the data and the division by W.

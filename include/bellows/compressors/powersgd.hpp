@@ -15,7 +15,7 @@
 // Per layer, the matrix view is n = d0 rows by m = d1 * ... * dk columns. A layer is compressed
 // only when (n + m) r' min_compression_rate < n m, with r' = min(r, n, m); 1-D tensors and
 // scalars never are. Layers left uncompressed are averaged by one allreduce and keep no memory;
-// `aggregation(state)` tells which way a layer goes (`aggregation()` names the compressed way).
+// `rounds(state, ranks)` tells which way a layer goes.
 //
 // Cost: M is never stored. One step reads g and e three times (P = M Q, Q = M^T P, and the
 // reconstruction) and writes e and the output once: eight streams of n m floats.

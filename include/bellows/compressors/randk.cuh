@@ -71,8 +71,11 @@ public:
     params.validate();
   }
 
-  [[nodiscard]] bellows::aggregation aggregation() const noexcept {
-    return params_.mode == randk_mode::shared ? bellows::aggregation::allreduce : bellows::aggregation::allgather;
+  /// Shared mode: one allreduce of the k values and the verdict; per rank: one allgather of
+  /// this rank's payload of k entries.
+  [[nodiscard]] exchange_rounds rounds(const state& st, std::size_t /*ranks*/) const {
+    return detail::randk_rounds(st.layer, detail::kept_count(st.layer, params_.ratio, params_.k),
+                                params_.mode == randk_mode::shared);
   }
 
   /// A state for the layer; reserves the executor's workspace for the draw (raising

@@ -85,7 +85,10 @@ public:
     params.validate();
   }
 
-  [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allgather; }
+  /// The CPU compressor's rounds: one allgather of the payload, or the dense switch's allreduce.
+  [[nodiscard]] exchange_rounds rounds(const state& st, std::size_t ranks) const {
+    return detail::topk_rounds(st.layer, counts(st.layer), params_.dense_switch, ranks);
+  }
 
   /// A state for the layer; reserves the executor's workspace for the selection (raising
   /// bellows::error for a layer of 2^31 elements or more) and for the validation of one payload.

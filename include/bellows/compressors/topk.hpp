@@ -59,7 +59,11 @@ public:
   }
 
   [[nodiscard]] const topk_params& params() const noexcept { return params_; }
-  [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allgather; }
+  /// One allgather of this rank's payload (k entries; in approximate mode up to topk_most of
+  /// them), or, where the dense switch finds it cheaper over `ranks`, one allreduce of n + 1 floats.
+  [[nodiscard]] exchange_rounds rounds(const state& st, std::size_t ranks) const {
+    return detail::topk_rounds(st.layer, counts(st.layer), params_.dense_switch, ranks);
+  }
 
   /// One step (a collective call). By allgather: stage, exchange the payloads, average them,
   /// and on success commit. When dense_switch is on and W * k * (index + value bytes) >= 4 n,

@@ -1,8 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// What one step of a compressor reports: whether it ran, and the traffic it caused.
+// What one step of a compressor reports (whether it ran, and the traffic it caused), and the
+// rounds of collective calls it makes.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+
+#include "bellows/core/error.hpp"
 
 namespace bellows {
 
@@ -38,6 +44,49 @@ enum class step_status : std::uint8_t {
 struct reduce_result {
   step_status status = step_status::ok;
   traffic sent{};
+};
+
+/// The collective operation of one round of a compressor's step.
+enum class collective_op : std::uint8_t {
+  allreduce_sum,  ///< floats summed elementwise over the ranks
+  allgather,      ///< each rank's payload delivered to every rank
+};
+
+/// One round of one layer's step: its operation and the bytes this rank hands to it (4 per float
+/// for allreduce_sum). Where a finite payload's size depends on the data (top-k's approximate
+/// count), `bytes` is the most and `exact` is false; a payload flagged non-finite may be shorter.
+struct exchange_round {
+  collective_op op = collective_op::allreduce_sum;
+  std::size_t bytes = 0;
+  bool exact = true;
+
+  friend constexpr bool operator==(const exchange_round&, const exchange_round&) = default;
+};
+
+/// The rounds of one layer's step, in the order the step makes them: one, or two (PowerSGD's P
+/// then Q; identity's verdict then the data). A step that finds non-finite input stops after
+/// the round that told every rank so.
+class exchange_rounds {
+public:
+  static constexpr std::size_t capacity = 2;
+
+  constexpr exchange_rounds() = default;
+  constexpr exchange_rounds(std::initializer_list<exchange_round> rounds) {
+    BELLOWS_EXPECTS(rounds.size() <= capacity, "exchange_rounds: ", rounds.size(), " rounds, at most ", capacity);
+    for (const exchange_round& r : rounds) rounds_[size_++] = r;
+  }
+
+  [[nodiscard]] constexpr std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] constexpr const exchange_round& operator[](std::size_t i) const noexcept { return rounds_[i]; }
+  [[nodiscard]] constexpr const exchange_round* begin() const noexcept { return rounds_.data(); }
+  [[nodiscard]] constexpr const exchange_round* end() const noexcept { return rounds_.data() + size_; }
+
+  /// Round by round (the slots past size() always hold the default round).
+  friend constexpr bool operator==(const exchange_rounds&, const exchange_rounds&) = default;
+
+private:
+  std::array<exchange_round, capacity> rounds_{};
+  std::size_t size_ = 0;
 };
 
 }  // namespace bellows

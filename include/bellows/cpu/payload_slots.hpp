@@ -92,8 +92,9 @@ inline void finish_payload(executor& /*exec*/, std::span<std::byte> payload, con
 /// raises wire_error for a malformed one), in rank order: non_finite when any sender flagged its
 /// input, else ok.
 template <class Parts, class Check>
-[[nodiscard]] step_status check_payloads(executor& /*exec*/, const payload_slots<Parts>& slots, std::string_view /*who*/,
-                                         const layer_info& /*layer*/, const scaled_payload& /*shape*/, Check&& check) {
+[[nodiscard]] step_status check_payloads(executor& /*exec*/, const payload_slots<Parts>& slots,
+                                         std::string_view /*who*/, const layer_info& /*layer*/,
+                                         const scaled_payload& /*shape*/, Check&& check) {
   bool flagged = false;
   for (std::size_t r = 0; r < slots.ranks(); ++r) flagged |= check(slots.block(r)) == step_status::non_finite;
   return flagged ? step_status::non_finite : step_status::ok;

@@ -136,11 +136,14 @@ public:
     return powersgd_effective_rank(params_, layer, rank);
   }
 
-  /// How the compressor exchanges a compressed layer; see aggregation(state) for one layer.
-  [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allreduce_two_round; }
-  /// How this layer is exchanged: two allreduces when compressed, else one.
-  [[nodiscard]] bellows::aggregation aggregation(const powersgd_layer& st) const noexcept {
-    return st.compressed() ? bellows::aggregation::allreduce_two_round : bellows::aggregation::allreduce;
+  /// The rounds of this compressor's next step of a layer: at its r' (this compressor's rank,
+  /// which the step adopts), one allreduce of P and the verdict (n r' + 1 floats) and one of Q
+  /// (m r'); at r' = 0, one allreduce of the n values and the verdict.
+  [[nodiscard]] exchange_rounds rounds(const powersgd_layer& st, std::size_t /*ranks*/) const {
+    const std::size_t r = effective_rank(st.layer, params_.rank);
+    if (r == 0) return {{collective_op::allreduce_sum, (st.layer.size() + 1) * sizeof(float)}};
+    return {{collective_op::allreduce_sum, (st.rows * r + 1) * sizeof(float)},
+            {collective_op::allreduce_sum, st.cols * r * sizeof(float)}};
   }
 
   /// Whether this layer is compressed at the state's current rank.

@@ -65,7 +65,10 @@ public:
   };
 
   [[nodiscard]] const params_type& params() const noexcept { return format_.params(); }
-  [[nodiscard]] bellows::aggregation aggregation() const noexcept { return bellows::aggregation::allgather; }
+  /// One allgather of this rank's payload, of one size for every rank and step.
+  [[nodiscard]] exchange_rounds rounds(const state& st, std::size_t /*ranks*/) const {
+    return {{collective_op::allgather, format_.shape(st.layer.size()).bytes}};
+  }
 
   /// Validates the layer and sizes its state; reserves what a PayloadCodec call on one payload
   /// needs of the executor (the device's flag and verdict words).
@@ -195,7 +198,8 @@ private:
   void encode_into(const state& st, std::span<const float> in, std::span<std::byte> out, const scaled_payload& shape,
                    unsigned* non_finite, std::size_t rank) const {
     const auto layout = format_.layout(st.layer.size());
-    derived().encode_arrays(st, in, layout, {reinterpret_cast<float*>(out.data() + wire::header_bytes), layout.buckets()},
+    derived().encode_arrays(st, in, layout,
+                            {reinterpret_cast<float*>(out.data() + wire::header_bytes), layout.buckets()},
                             {reinterpret_cast<std::uint8_t*>(out.data() + shape.codes_at), shape.code_bytes},
                             st.workspace.span(), non_finite, rank);
     finish_payload(*exec_, out, shape, non_finite);

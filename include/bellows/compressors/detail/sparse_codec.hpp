@@ -66,6 +66,24 @@ namespace bellows::detail {
   return wire::payload_bytes(wire::array_end<float>(indices, count));
 }
 
+/// Top-k's rounds on every backend: one allgather of a payload of `counts` = {least, most}
+/// entries (exact when they are equal), or, where dense_switch finds it cheaper, one allreduce
+/// of n + 1 floats.
+[[nodiscard]] inline exchange_rounds topk_rounds(const layer_info& layer, std::pair<std::size_t, std::size_t> counts,
+                                                 bool dense_switch, std::size_t ranks) {
+  const std::size_t n = layer.size();
+  if (dense_switch && dense_is_cheaper(n, ranks, counts.second))
+    return {{collective_op::allreduce_sum, (n + 1) * sizeof(float)}};
+  return {{collective_op::allgather, sparse_payload_bytes(n, counts.second), counts.first == counts.second}};
+}
+
+/// Rand-k's rounds on every backend: with indices `shared` by every rank, one allreduce of the k
+/// values and the verdict; else one allgather of a payload of k entries.
+[[nodiscard]] inline exchange_rounds randk_rounds(const layer_info& layer, std::size_t k, bool shared) {
+  if (shared) return {{collective_op::allreduce_sum, (k + 1) * sizeof(float)}};
+  return {{collective_op::allgather, sparse_payload_bytes(layer.size(), k)}};
+}
+
 /// Writes a sparse payload into `out`. `select(begin)` runs the selection; once it knows the
 /// count it calls begin(count), which writes the header and returns Arrays<Index>{index, value}
 /// over the payload's arrays for it to fill. `select` returns false for non-finite input
