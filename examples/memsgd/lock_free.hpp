@@ -116,7 +116,7 @@ struct lock_free_result {
         if (t >= cfg.steps) break;
         const double eta = cfg.eta.at(t);
         sample_gradient(data, lambda, sample_of(cfg.seed, t, data.n()), read, g);
-        if (previous_eta > 0) st.memory.rescale(exec, static_cast<float>(previous_eta), static_cast<float>(eta));
+        if (previous_eta > 0) comp.rescale(st, static_cast<float>(previous_eta), static_cast<float>(eta));
         previous_eta = eta;
         const std::span<const std::byte> payload = comp.stage(st, g);
         BELLOWS_EXPECTS(comp.validate(st, payload) == bellows::step_status::ok, "memsgd: thread ", rank,

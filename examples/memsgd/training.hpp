@@ -142,10 +142,9 @@ struct run_result {
   return bellows::philox::to_below(samples.word(t & 0xFFFFFFFFu), static_cast<std::uint32_t>(n));
 }
 
-/// Runs `cfg.steps` steps with compressor `comp` (built on `exec`) and records the curve.
+/// Runs `cfg.steps` steps with compressor `comp` and records the curve.
 template <class Compressor>
-run_result train_with(const dataset& data, double lambda, double f_star, const run_config& cfg, Compressor& comp,
-                      bellows::cpu::executor& exec) {
+run_result train_with(const dataset& data, double lambda, double f_star, const run_config& cfg, Compressor& comp) {
   BELLOWS_EXPECTS(cfg.steps >= 1 && cfg.points >= 2, "memsgd: a run needs steps >= 1 and points >= 2, got ", cfg.steps,
                   " and ", cfg.points);
   const auto start = std::chrono::steady_clock::now();
@@ -166,8 +165,8 @@ run_result train_with(const dataset& data, double lambda, double f_star, const r
   for (std::uint64_t t = 0; t < cfg.steps; ++t) {
     const double eta = cfg.eta.at(t);
     sample_gradient(data, lambda, sample_of(cfg.seed, t, data.n()), x_at, g);
-    if constexpr (requires { st.memory; })
-      if (t > 0) st.memory.rescale(exec, static_cast<float>(previous_eta), static_cast<float>(eta));
+    if constexpr (requires { comp.rescale(st, 1.0f, 1.0f); })
+      if (t > 0) comp.rescale(st, static_cast<float>(previous_eta), static_cast<float>(eta));
     const bellows::reduce_result r = comp.reduce(st, g, alone);
     BELLOWS_EXPECTS(r.status == bellows::step_status::ok, "memsgd: ", cfg.how.label(), " on ", data.name,
                     ": non-finite gradient at step ", t);
@@ -200,20 +199,20 @@ run_result train_with(const dataset& data, double lambda, double f_star, const r
   switch (m.kind) {
     case method_kind::sgd: {
       bellows::identity<> comp(exec);
-      return train_with(data, lambda, f_star, cfg, comp, exec);
+      return train_with(data, lambda, f_star, cfg, comp);
     }
     case method_kind::topk: {
       bellows::topk<> comp({.k = static_cast<std::int64_t>(m.k), .feedback = memory, .seed = cfg.seed}, exec);
-      return train_with(data, lambda, f_star, cfg, comp, exec);
+      return train_with(data, lambda, f_star, cfg, comp);
     }
     case method_kind::randk: {
       bellows::randk<> comp(
           {.k = static_cast<std::int64_t>(m.k), .unbiased = !m.memory, .feedback = memory, .seed = cfg.seed}, exec);
-      return train_with(data, lambda, f_star, cfg, comp, exec);
+      return train_with(data, lambda, f_star, cfg, comp);
     }
     case method_kind::qsgd: {
       bellows::qsgd<> comp({.bits = m.bits, .seed = cfg.seed}, exec);
-      return train_with(data, lambda, f_star, cfg, comp, exec);
+      return train_with(data, lambda, f_star, cfg, comp);
     }
   }
   bellows::fail("memsgd: unknown method kind ", static_cast<int>(m.kind));

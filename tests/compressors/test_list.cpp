@@ -3,13 +3,17 @@
 // option fallbacks that are the library's defaults, settings that configure what they say, bad
 // option text refused naming the option, and examples that build.
 #include <bellows/compressors/list.hpp>
+#include <bellows/cpu/executor.hpp>
 
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <set>
 #include <string>
 #include <variant>
 #include <vector>
+
+#include "../support/random.hpp"
 
 namespace {
 
@@ -29,7 +33,56 @@ std::vector<std::string> described(const typename M::params& p) {
   return out;
 }
 
+/// A CPU state's error memory as a vector (an error_memory, or PowerSGD's float_array).
+template <class State>
+std::vector<float> memory_of(const State& st) {
+  std::span<const float> e;
+  if constexpr (requires { st.memory.values(); })
+    e = st.memory.values();
+  else
+    e = st.memory.span();
+  return {e.begin(), e.end()};
+}
+
+bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 }  // namespace
+
+TEST_CASE("list: rescale is one member of every compressor with a memory: a scaled memory times lr_old / lr_new") {
+  bellows::cpu::executor exec(1);
+  bellows::archetypes::collective solo;
+  const bellows::layer_info layer{0, "fc", bellows::shape{24, 40}};
+  const float lr_old = 0.1f, lr_new = 0.03f;
+  for (const auto kind : {bellows::feedback::scaled, bellows::feedback::residual}) {
+    CAPTURE(bellows::to_string(kind));
+    std::size_t checked = 0;
+    bellows::for_each_method(bellows::compressor_methods{}, [&]<class M>(std::type_identity<M>) {
+      if constexpr (requires(typename M::params p) { p.feedback; }) {
+        CAPTURE(M::name);
+        typename M::params params = M::examples[0];
+        params.feedback = kind;
+        auto c = M::make(params, exec);
+        auto st = c.make_state(layer);
+        auto g = bellows::testing::normal_floats(layer.size(), 11);
+        CHECK(c.reduce(st, g, solo).status == bellows::step_status::ok);
+        std::vector<float> want = memory_of(st);
+        CHECK(!want.empty());
+        if (kind == bellows::feedback::scaled)
+          for (float& e : want) e *= lr_old / lr_new;
+        c.rescale(st, lr_old, lr_new);
+        CHECK(same_bytes(memory_of(st), want));
+        c.rescale(st, lr_new, lr_new);  // no change of rate
+        CHECK(same_bytes(memory_of(st), want));
+        CHECK_THROWS_WITH_AS(c.rescale(st, 0.0f, lr_new), doctest::Contains("must be > 0"), bellows::error);
+        CHECK(same_bytes(memory_of(st), want));
+        ++checked;
+      }
+    });
+    CHECK(checked == 5);  // top-k, rand-k, QSGD, PowerSGD, EF-signSGD
+  }
+}
 
 TEST_CASE("list: every compressor once, by distinct names and codec ids in increasing order") {
   std::set<std::string> names;

@@ -301,6 +301,15 @@ public:
     return e.status;
   }
 
+  /// When the trainer's learning rate changes from lr_old to lr_new: a feedback::scaled memory
+  /// is multiplied by lr_old / lr_new, so that it stands for the same parameter update; other
+  /// memories are left alone.
+  template <class State>
+    requires state_of<State, Derived>
+  void rescale(State& st, float lr_old, float lr_new) const {
+    st.memory.rescale(*exec_, lr_old, lr_new, Derived::name);
+  }
+
   /// Checkpoint of a layer's state: its step counter and error memory.
   template <class State>
     requires state_of<State, Derived>
