@@ -471,32 +471,3 @@ TEST_CASE("cuda powersgd: checkpoints cross backends; a bad one changes nothing"
   });
   CHECK(right == ranks());
 }
-
-#if !defined(__CUDACC__)
-// Under the emulation, which counts the kernels each rank's thread launches: a step launches no
-// more kernels than the device body that PowerSGD's one class replaced (measured with this test
-// against it, per rank and step at W = 3: 12 for the compressed layer below, 3 for the dense one;
-// the one class launches 11 and 3).
-TEST_CASE("cuda powersgd: kernel launches per step, compressed and dense (emulation)") {
-  const config compressed{"64x48 rank 2", bellows::shape{64, 48}, {.rank = 2, .seed = 7}};
-  const config dense{"a vector", bellows::shape{300}, {.rank = 2, .seed = 7}};
-  for (const auto& [c, most] : {std::pair{compressed, std::uint64_t{12}}, std::pair{dense, std::uint64_t{3}}}) {
-    CAPTURE(c.what);
-    std::vector<std::uint64_t> launches(ranks());
-    bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
-      bellows::cuda::executor exec(coll.stream());
-      bellows::powersgd<bellows::cuda::executor> ps(c.params, exec);
-      auto st = ps.make_state(layer_of(c));
-      bellows::test::device_array<float> g(gradient(c, 0, rank));
-      (void)ps.reduce(st, g.span(), coll);  // the first step
-      const std::uint64_t before = bellows_emulation::launched;
-      (void)ps.reduce(st, g.span(), coll);
-      launches[rank] = bellows_emulation::launched - before;
-    });
-    for (const std::uint64_t n : launches) {
-      MESSAGE(std::string(c.what), ": ", n, " launches");
-      CHECK(n <= most);
-    }
-  }
-}
-#endif

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "bellows/compressors/detail/step_checks.hpp"
 #include "bellows/concepts.hpp"
 #include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
@@ -91,10 +92,8 @@ public:
   /// on the host (the one wait), then the allreduce of the data and the division by W.
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    check_size(st, inout.size());
-    if constexpr (requires { coll.stream() == this->exec_->stream(); })
-      BELLOWS_EXPECTS(coll.stream() == exec_->stream(), "identity: layer '", st.layer.name,
-                      "': the collective and the executor enqueue on different streams; give both the same one");
+    detail::check_buffer("identity", st.layer, inout.size());
+    detail::check_stream("identity", st.layer, coll, *exec_);
     fill(*exec_, st.flag.span(), 0.0f);
     flag_non_finite(*exec_, std::span<const float>(inout), st.flag.span().data());
     coll.allreduce_sum(st.flag.span());
@@ -113,7 +112,7 @@ public:
 
   [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in, std::span<std::byte> out,
                                             std::size_t /*rank*/ = 0) const requires std::same_as<Exec, cpu::executor> {
-    check_size(st, in.size());
+    detail::check_buffer("identity", st.layer, in.size());
     wire::header h{};
     h.codec = identity_method::codec.id;
     h.n = in.size();
@@ -131,7 +130,7 @@ public:
 
   [[nodiscard]] step_status decode_add(const state& st, std::span<const std::byte> payload,
                                        std::span<float> acc) const requires std::same_as<Exec, cpu::executor> {
-    check_size(st, acc.size());
+    detail::check_buffer("identity", st.layer, acc.size());
     const auto [status, values] = read(st, payload);
     if (status == step_status::ok)
       for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += values[i];
@@ -156,11 +155,6 @@ private:
     for (float v : values)
       if (!std::isfinite(v)) fail<wire_error>("identity: payload holds a non-finite value without the non-finite flag");
     return {step_status::ok, values};
-  }
-
-  static void check_size(const state& st, std::size_t n) {
-    BELLOWS_EXPECTS(n == st.layer.size(), "identity: layer '", st.layer.name, "' of shape ", st.layer.shape.to_string(),
-                    " has ", st.layer.size(), " elements, the buffer ", n);
   }
 
   Exec* exec_;

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "bellows/compressors/detail/powersgd_rules.hpp"
+#include "bellows/compressors/detail/step_checks.hpp"
 #include "bellows/compressors/powersgd_types.hpp"
 #include "bellows/concepts.hpp"
 #include "bellows/core/checked.hpp"
@@ -86,11 +87,8 @@ public:
   /// compressor's rank gives the layer another r' than the state's.
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    BELLOWS_EXPECTS(inout.size() == st.layer.size(), name, ": layer '", st.layer.name, "' of shape ",
-                    st.layer.shape.to_string(), " has ", st.layer.size(), " elements, the buffer ", inout.size());
-    if constexpr (requires { coll.stream() == this->exec_->stream(); })
-      BELLOWS_EXPECTS(coll.stream() == this->exec_->stream(), name, ": layer '", st.layer.name,
-                      "': the collective and the executor enqueue on different streams; give both the same one");
+    detail::check_buffer(name, st.layer, inout.size());
+    detail::check_stream(name, st.layer, coll, *this->exec_);
     this->follow_rank(st);
     return st.compressed() ? reduce_low_rank(st, inout, coll) : reduce_dense(st, inout, coll);
   }

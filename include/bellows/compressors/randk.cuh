@@ -38,7 +38,6 @@
 #include "bellows/cuda/transfer.cuh"
 #include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
-#include "bellows/compressors/detail/device_state.cuh"
 #include "bellows/cuda/sample.cuh"
 #include "bellows/cuda/sparse.cuh"
 #include "bellows/plan/sample.hpp"
@@ -91,13 +90,13 @@ public:
   /// collective enqueues on the executor's stream. Waits for that stream once, for the flag.
   template <DeviceCollective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    check(st, inout.size(), coll.stream());
+    check(st, inout.size(), coll);
     follow(st);
     const std::size_t k = st.plan.k;
     if (params_.mode == randk_mode::per_rank) {
       const reduce_result r = average_by_allgather(st.slots, st, inout, coll, [&](sparse_arrays<std::uint32_t> mine) {
         cuda::sample_workspace ws(st.plan, exec_->workspace());
-        draw_and_gather(st, ws, inout, st.memory.span(), st.staged.span(), mine, coll.rank());
+        draw_and_gather(st, ws, inout, st.memory.values(), st.staged.values(), mine, coll.rank());
         return detail::device_selection{ws.non_finite};
       });
       if (r.status == step_status::ok) commit(st);
@@ -107,7 +106,7 @@ public:
     const std::span<float> values(st.values.data(), k);
 
     cuda::sample_workspace ws(st.plan, exec_->workspace());
-    draw_and_gather(st, ws, inout, st.memory.span(), st.staged.span(),
+    draw_and_gather(st, ws, inout, st.memory.values(), st.staged.values(),
                     sparse_arrays<std::uint32_t>{st.index.span(), values}, coll.rank());
     flag_to_float(*exec_, ws.non_finite, st.values.data() + k);
     coll.allreduce_sum(st.values.span());

@@ -72,7 +72,7 @@ public:
     if (params_.mode == randk_mode::per_rank)
       return this->conclude(st, this->average_by_allgather(st, this->stage(st, inout, coll.rank()), inout, coll));
     fit(st);
-    this->check_size(st, inout.size());
+    detail::check_buffer(name, st.layer, inout.size());
     const std::size_t k = st.plan_.k;
     const std::span<float> values(st.values_.data(), k);
     const auto [memory, staged] = this->compensation(st);

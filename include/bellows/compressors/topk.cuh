@@ -47,7 +47,6 @@
 #include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/launch.cuh"
-#include "bellows/compressors/detail/device_state.cuh"
 #include "bellows/cuda/payload_slots.cuh"
 #include "bellows/cuda/select.cuh"
 #include "bellows/cuda/sparse.cuh"
@@ -103,7 +102,7 @@ public:
   /// collective enqueues on the executor's stream. Waits for that stream once, for the verdicts.
   template <DeviceCollective Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    check(st, inout.size(), coll.stream());
+    check(st, inout.size(), coll);
     follow(st);
     const reduce_result r =
         params_.dense_switch && detail::dense_is_cheaper(st.layer.size(), coll.size(), st.plan.max_count)
@@ -165,7 +164,7 @@ private:
   reduce_result sparse_step(state& st, std::span<float> inout, Coll& coll) {
     return average_by_allgather(st.slots, st, inout, coll, [&](sparse_arrays<std::uint32_t> mine) {
       cuda::select_workspace ws(st.plan, exec_->workspace());
-      select_top(*exec_, st.plan, sample_key(st, coll.rank()), inout, st.memory.span(), st.staged.span(), ws,
+      select_top(*exec_, st.plan, sample_key(st, coll.rank()), inout, st.memory.values(), st.staged.values(), ws,
                  {mine.index, {}});
       return detail::device_selection{ws.non_finite, ws.selected};
     });
@@ -180,7 +179,7 @@ private:
     st.dense.fit(n + 1, stream);
     const std::span<float> sums(st.dense.data(), n);
     cuda::select_workspace ws(st.plan, exec_->workspace());
-    select_top(*exec_, st.plan, sample_key(st, coll.rank()), inout, st.memory.span(), st.staged.span(), ws,
+    select_top(*exec_, st.plan, sample_key(st, coll.rank()), inout, st.memory.values(), st.staged.values(), ws,
                sparse_arrays<std::uint32_t>{{st.index.data(), most}, {st.values.data(), most}});
     fill(*exec_, sums, 0.0f);
     scatter(*exec_, sums, std::span<const std::uint32_t>(st.index.data(), most),

@@ -74,7 +74,7 @@ public:
     if (!averages_densely(st.layer, coll.size()))
       return this->conclude(st, this->average_by_allgather(st, this->stage(st, inout, coll.rank()), inout, coll));
     this->fit(st);
-    this->check_size(st, inout.size());
+    detail::check_buffer(name, st.layer, inout.size());
     const std::size_t n = inout.size();
     st.dense_.resize(n + 1);
     const std::span<float> sum(st.dense_.data(), n);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "bellows/core/wire.hpp"
 
@@ -30,6 +31,24 @@ struct scaled_payload {
   unsigned used_bits = 0;
   std::size_t bytes = 0;
 };
+
+/// The parts of a payload of codec `codec` for n elements: `buckets` scales, then `code_bytes`
+/// packed bytes whose last uses `used_bits` (0: all eight); `param` is the header's param field.
+[[nodiscard]] inline scaled_payload scaled_payload_of(std::uint8_t codec, std::uint64_t n, std::size_t buckets,
+                                                      std::size_t code_bytes, std::uint32_t param, unsigned used_bits) {
+  scaled_payload p;
+  const std::size_t scales_end = wire::array_end<float>(0, buckets);
+  p.codes_at = wire::header_bytes + scales_end;
+  p.code_bytes = code_bytes;
+  p.used_bits = used_bits;
+  p.bytes = wire::payload_bytes(wire::array_end<std::uint8_t>(scales_end, code_bytes));
+  p.header.codec = codec;
+  p.header.n = n;
+  p.header.count = buckets;
+  p.header.param = param;
+  p.header.body_bytes = p.bytes - wire::header_bytes;
+  return p;
+}
 
 /// Specialised beside each backend's payload slots.
 template <class Exec, class Parts>

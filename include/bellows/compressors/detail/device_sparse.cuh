@@ -14,8 +14,9 @@
 #include <span>
 #include <utility>
 
-#include "bellows/compressors/detail/device_state.cuh"
 #include "bellows/compressors/detail/sparse_codec.hpp"
+#include "bellows/compressors/detail/step_checks.hpp"
+#include "bellows/compressors/detail/step_record.hpp"
 #include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
 #include "bellows/core/shape.hpp"
@@ -25,6 +26,8 @@
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
+#include "bellows/cuda/float_array.cuh"
+#include "bellows/feedback/error_feedback.hpp"
 #include "bellows/cuda/launch.cuh"
 #include "bellows/cuda/payload_slots.cuh"
 #include "bellows/cuda/sparse.cuh"
@@ -36,8 +39,8 @@ namespace bellows::detail {
 struct device_sparse_state {
   layer_info layer;
   std::uint64_t step = 0;
-  cuda::device_buffer<float> memory;  ///< e, zero at first (empty without a memory)
-  cuda::device_buffer<float> staged;  ///< the next e, current once every rank was finite
+  layer_memory<cuda::executor> memory;  ///< e, zero at first (no values without a memory)
+  layer_memory<cuda::executor> staged;  ///< the next e, current once every rank was finite
 };
 
 /// Where the k entries of a sparse payload with 32-bit indices lie: the indices right after the
@@ -96,7 +99,7 @@ public:
   /// Raises bellows::error when `acc` does not fit the layer.
   [[nodiscard]] step_status decode_add(const device_sparse_state& st, std::span<const std::byte> payload,
                                        std::span<float> acc) const {
-    check_buffer(st, acc.size());
+    check_buffer(Derived::name, st.layer, acc.size());
     const step_status s = validate(st, payload);
     if (s != step_status::ok) return s;
     const auto [least, most] = derived().counts(st.layer);
@@ -113,10 +116,9 @@ public:
     save_step_record(*exec_, st.step, st.memory, out);
   }
   /// When the trainer's learning rate changes from lr_old to lr_new: a feedback::scaled memory
-  /// is multiplied by lr_old / lr_new, as state.memory.rescale(exec, lr_old, lr_new) does on the
-  /// CPU (enqueued); other memories are left alone.
+  /// is multiplied by lr_old / lr_new, as on the CPU (enqueued); other memories are left alone.
   void rescale(device_sparse_state& st, float lr_old, float lr_new) const {
-    rescale_memory(Derived::name, *exec_, st.memory, params_.feedback, lr_old, lr_new);
+    st.memory.rescale(*exec_, lr_old, lr_new, Derived::name);
   }
 
   /// Reads what save wrote for the same layer and configuration; checks before it changes anything.
@@ -135,17 +137,19 @@ protected:
   /// A fresh state's layer and zero memory (enqueued on the executor's stream).
   void start(device_sparse_state& st, const layer_info& layer) const {
     st.layer = layer;
-    st.memory = zero_memory(params_.feedback, layer.size(), *exec_);
-    st.staged = cuda::device_buffer<float>(st.memory.size());
+    st.memory = layer_memory<cuda::executor>(*exec_, params_.feedback, layer.size());
+    st.staged = layer_memory<cuda::executor>(*exec_, params_.feedback, layer.size());
   }
 
   /// The checks before a step enqueues anything: the buffer fits the layer, the collective's
   /// stream is the executor's and the memory fits the feedback. A state made by a compressor
   /// that keeps another number of elements (the other level of a Synchronizer) is then resized
   /// by the caller, as the CPU's fit() does.
-  void check(const device_sparse_state& st, std::size_t inout_size, cudaStream_t stream) const {
-    check_step(Derived::name, st.layer, inout_size, stream, *exec_);
-    check_memory(Derived::name, st.layer, st.memory, params_.feedback);
+  template <class Coll>
+  void check(const device_sparse_state& st, std::size_t inout_size, Coll& coll) const {
+    check_buffer(Derived::name, st.layer, inout_size);
+    check_stream(Derived::name, st.layer, coll, *exec_);
+    st.memory.check_kind(Derived::name, st.layer.name, params_.feedback);
   }
 
   /// The header write_sparse writes for k entries of a layer of n elements (below 2^32).
@@ -158,18 +162,11 @@ protected:
     return h;
   }
 
-  /// Raises bellows::error, as the CPU compressor does, when a buffer of n elements does not fit
-  /// the layer.
-  static void check_buffer(const device_sparse_state& st, std::size_t n) {
-    BELLOWS_EXPECTS(n == st.layer.size(), Derived::name, ": layer '", st.layer.name, "' of shape ",
-                    st.layer.shape.to_string(), " has ", st.layer.size(), " elements, the buffer ", n);
-  }
-
   /// The checks before an encode enqueues anything: `in` fits the layer, the state keeps `k`
   /// elements as this compressor does, and `out` holds max_payload_bytes from a multiple of 8.
   void check_encode(const device_sparse_state& st, std::size_t in_size, std::span<const std::byte> out,
                     std::size_t k) const {
-    check_buffer(st, in_size);
+    check_buffer(Derived::name, st.layer, in_size);
     BELLOWS_EXPECTS(k == kept(st.layer), Derived::name, ": layer '", st.layer.name, "': the state keeps ", k,
                     " elements, this compressor another number (make the state with it)");
     wire::check_storage(Derived::name, st.layer.name, out, max_payload_bytes(st));

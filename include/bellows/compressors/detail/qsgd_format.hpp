@@ -34,42 +34,17 @@ public:
                     " elements overruns the 2^34 words of a Philox stream");
   }
 
-  /// Raises bellows::error when a buffer of n elements does not fit the layer.
-  static void check_size(const layer_info& layer, std::size_t n) {
-    BELLOWS_EXPECTS(n == layer.size(), "qsgd: layer '", layer.name, "' of shape ", layer.shape.to_string(), " has ",
-                    layer.size(), " elements, the buffer ", n);
-  }
-
   [[nodiscard]] code_layout layout(std::size_t n) const noexcept { return {params_.bits, params_.bucket, n}; }
   /// The header's param field: bits | bucket << 8.
   [[nodiscard]] std::uint32_t param() const noexcept {
     return params_.bits | static_cast<std::uint32_t>(params_.bucket << 8);
   }
 
-  /// Where the codes start in a payload for n elements (the scales start right after the header).
-  [[nodiscard]] std::size_t codes_offset(std::size_t n) const {
-    return wire::header_bytes + wire::array_end<float>(0, layout(n).buckets());
-  }
-  /// Bytes of a payload for n elements: every payload of a layer has this size.
-  [[nodiscard]] std::size_t payload_bytes(std::size_t n) const {
-    const code_layout l = layout(n);
-    return wire::payload_bytes(wire::array_end<std::uint8_t>(wire::array_end<float>(0, l.buckets()), l.code_bytes()));
-  }
-  /// The header of a payload for n elements from finite input.
-  [[nodiscard]] wire::header header(std::size_t n) const {
-    wire::header h{};
-    h.codec = qsgd_method::codec.id;
-    h.n = n;
-    h.count = layout(n).buckets();
-    h.param = param();
-    h.body_bytes = payload_bytes(n) - wire::header_bytes;
-    return h;
-  }
-
-  /// Where the parts of a payload for n elements lie (plan/payload_slots.hpp).
+  /// Where the parts of a payload for n elements lie: every payload of a layer has its size.
   [[nodiscard]] scaled_payload shape(std::size_t n) const {
     const code_layout l = layout(n);
-    return {header(n), codes_offset(n), l.code_bytes(), static_cast<unsigned>(n * l.bits % 8), payload_bytes(n)};
+    return scaled_payload_of(qsgd_method::codec.id, n, l.buckets(), l.code_bytes(), param(),
+                             static_cast<unsigned>(n * l.bits % 8));
   }
 
   /// The noise of one step: Philox stream {seed, step, layer id, rank}.
@@ -78,7 +53,7 @@ public:
   }
 
   /// What one rank sends for a layer of n elements.
-  [[nodiscard]] traffic sent(std::size_t n) const { return {payload_bytes(n), layout(n).buckets() + n, n}; }
+  [[nodiscard]] traffic sent(std::size_t n) const { return {shape(n).bytes, layout(n).buckets() + n, n}; }
 
   /// Validates a payload completely (header against the layer and these parameters, array
   /// sizes, padding, the unused bits of the last code byte, and, unless flagged, every scale

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "bellows/compressors/detail/step_checks.hpp"
 #include "bellows/compressors/detail/step_record.hpp"
 #include "bellows/concepts.hpp"
 #include "bellows/core/checkpoint.hpp"
@@ -89,10 +90,8 @@ public:
   /// the memory's update are still running when it returns.
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    Format::check_size(st.layer, inout.size());
-    if constexpr (requires { coll.stream() == exec_->stream(); })
-      BELLOWS_EXPECTS(coll.stream() == exec_->stream(), Derived::name, ": layer '", st.layer.name,
-                      "': the collective and the executor enqueue on different streams; give both the same one");
+    check_buffer(Derived::name, st.layer, inout.size());
+    check_stream(Derived::name, st.layer, coll, *exec_);
     st.memory.check_kind(Derived::name, st.layer.name, params().feedback);
     const std::size_t n = st.layer.size(), rank = coll.rank();
     const auto layout = format_.layout(n);
@@ -130,7 +129,7 @@ public:
   /// does not fit, or when the state's workspace is too small for this compressor.
   [[nodiscard]] std::span<std::byte> encode(const state& st, std::span<const float> in, std::span<std::byte> out,
                                             std::size_t rank = 0) const {
-    Format::check_size(st.layer, in.size());
+    check_buffer(Derived::name, st.layer, in.size());
     const scaled_payload shape = format_.shape(st.layer.size());
     wire::check_storage(Derived::name, st.layer.name, out, shape.bytes);
     const std::size_t need = derived().workspace_floats(format_.layout(st.layer.size()));
@@ -153,7 +152,7 @@ public:
   /// to `acc` (n floats). `acc` is untouched on error or non_finite.
   [[nodiscard]] step_status decode_add(const state& st, std::span<const std::byte> payload,
                                        std::span<float> acc) const {
-    Format::check_size(st.layer, acc.size());
+    check_buffer(Derived::name, st.layer, acc.size());
     const step_status s = validate(st, payload);
     if (s != step_status::ok) return s;
     const auto layout = format_.layout(st.layer.size());
@@ -173,16 +172,11 @@ public:
 
   /// Appends the step counter and the error memory (empty without one): the same record on
   /// every backend. Waits for the executor.
-  void save(const state& st, checkpoint_writer& out) const {
-    std::vector<float> staging;
-    write_step_record(out, st.step, st.memory.host(*exec_, staging));
-  }
+  void save(const state& st, checkpoint_writer& out) const { save_step_record(*exec_, st.step, st.memory, out); }
   /// Reads what save wrote for the same layer and configuration; checks before it changes anything.
   void load(state& st, checkpoint_reader& in) const {
     const std::string name(Derived::name);
-    const step_record rec = read_step_record(in, st.memory.values().size(), name + " step", name + " error memory");
-    st.memory.assign(*exec_, rec.memory);
-    st.step = rec.step;
+    load_step_record(*exec_, st.step, st.memory, in, name + " step", name + " error memory");
   }
 
 protected:

@@ -29,45 +29,20 @@ public:
   /// Every layer fits (no randomness, no stream to overrun): nothing to check.
   static void check_layer(const layer_info& /*layer*/) noexcept {}
 
-  /// Raises bellows::error when a buffer of n elements does not fit the layer.
-  static void check_size(const layer_info& layer, std::size_t n) {
-    BELLOWS_EXPECTS(n == layer.size(), "signsgd: layer '", layer.name, "' of shape ", layer.shape.to_string(), " has ",
-                    layer.size(), " elements, the buffer ", n);
-  }
-
   [[nodiscard]] sign_layout layout(std::size_t n) const noexcept { return {params_.bucket, n}; }
   /// The header's param field: the bucket parameter as given (0: the whole layer).
   [[nodiscard]] std::uint32_t param() const noexcept { return static_cast<std::uint32_t>(params_.bucket); }
 
-  /// Where the sign bytes start in a payload for n elements (the scales start right after the header).
-  [[nodiscard]] std::size_t signs_offset(std::size_t n) const {
-    return wire::header_bytes + wire::array_end<float>(0, layout(n).buckets());
-  }
-  /// Bytes of a payload for n elements: every payload of a layer has this size.
-  [[nodiscard]] std::size_t payload_bytes(std::size_t n) const {
-    const sign_layout l = layout(n);
-    return wire::payload_bytes(wire::array_end<std::uint8_t>(wire::array_end<float>(0, l.buckets()), l.sign_bytes()));
-  }
-  /// The header of a payload for n elements from finite input.
-  [[nodiscard]] wire::header header(std::size_t n) const {
-    wire::header h{};
-    h.codec = signsgd_method::codec.id;
-    h.n = n;
-    h.count = layout(n).buckets();
-    h.param = param();
-    h.body_bytes = payload_bytes(n) - wire::header_bytes;
-    return h;
-  }
-
-  /// Where the parts of a payload for n elements lie (plan/payload_slots.hpp).
+  /// Where the parts of a payload for n elements lie: every payload of a layer has its size.
   [[nodiscard]] scaled_payload shape(std::size_t n) const {
     const sign_layout l = layout(n);
-    return {header(n), signs_offset(n), l.sign_bytes(), static_cast<unsigned>(n % 8), payload_bytes(n)};
+    return scaled_payload_of(signsgd_method::codec.id, n, l.buckets(), l.sign_bytes(), param(),
+                             static_cast<unsigned>(n % 8));
   }
 
   /// What one rank sends for a layer of n elements: the payload's bytes, its B scales and n
   /// signs as values, and n elements kept (a dense method), as QSGD reports.
-  [[nodiscard]] traffic sent(std::size_t n) const { return {payload_bytes(n), layout(n).buckets() + n, n}; }
+  [[nodiscard]] traffic sent(std::size_t n) const { return {shape(n).bytes, layout(n).buckets() + n, n}; }
 
   /// Validates a payload completely (header against the layer and these parameters, array
   /// sizes, padding, the unused bits of the last sign byte, and, unless flagged, every scale

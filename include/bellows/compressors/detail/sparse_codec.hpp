@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bellows/compressors/detail/gather_average.hpp"
+#include "bellows/compressors/detail/step_checks.hpp"
 #include "bellows/compressors/detail/step_record.hpp"
 #include "bellows/concepts.hpp"
 #include "bellows/core/checked.hpp"
@@ -241,7 +242,7 @@ public:
   std::span<const std::byte> stage(State& st, std::span<const float> grad, std::size_t rank = 0) const {
     // clang-format on
     derived().fit(st);
-    check_size(st, grad.size());
+    check_buffer(Derived::name, st.layer, grad.size());
     const bool feedback = st.memory.enabled();
     st.payload_.resize((max_payload_bytes(st) + 7) / 8);
     const std::span<const std::byte> payload = derived().write(
@@ -276,7 +277,7 @@ public:
   [[nodiscard]] std::span<std::byte> encode(State& st, std::span<const float> in, std::span<std::byte> out,
                                             std::size_t rank = 0) const {
     derived().fit(st);
-    check_size(st, in.size());
+    check_buffer(Derived::name, st.layer, in.size());
     return derived().write(st, in, {}, {}, out, rank);
   }
 
@@ -290,7 +291,7 @@ public:
     requires state_of<State, Derived>
   [[nodiscard]] step_status decode_add(const State& st, std::span<const std::byte> payload,
                                        std::span<float> acc) const {
-    check_size(st, acc.size());
+    check_buffer(Derived::name, st.layer, acc.size());
     const sparse_entries e = read(st, payload);
     if (e.status == step_status::ok) {
       if (wide_indices(st.layer.size()))
@@ -313,13 +314,11 @@ public:
   /// Checkpoint of a layer's state: its step counter and error memory.
   template <class State>
     requires state_of<State, Derived>
-  void save(const State& st, checkpoint_writer& out) const { write_step_record(out, st.step, st.memory.values()); }
+  void save(const State& st, checkpoint_writer& out) const { save_step_record(*exec_, st.step, st.memory, out); }
   template <class State>
     requires state_of<State, Derived>
   void load(State& st, checkpoint_reader& in) const {
-    const step_record rec = read_step_record(in, st.memory.values().size(), Derived::name, Derived::name);
-    std::ranges::copy(rec.memory, st.memory.values().begin());
-    st.step = rec.step;
+    load_step_record(*exec_, st.step, st.memory, in, Derived::name, Derived::name);
     st.pending_ = false;
   }
 
@@ -382,11 +381,6 @@ protected:
     else
       st.pending_ = false;
     return r;
-  }
-
-  static void check_size(const sparse_state& st, std::size_t n) {
-    BELLOWS_EXPECTS(n == st.layer.size(), Derived::name, ": layer '", st.layer.name, "' of shape ",
-                    st.layer.shape.to_string(), " has ", st.layer.size(), " elements, the buffer ", n);
   }
 
   Exec* exec_;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The checkpoint record of a compressor whose layer carries only its step counter and its error
-// memory from step to step (top-k, rand-k and QSGD, on every backend): the counter, then the
-// memory as an array (empty without a memory). Written and read here only, so a run saved on
-// one backend resumes on the other.
+// memory from step to step (top-k, rand-k, QSGD and EF-signSGD, on every backend): the counter,
+// then the memory as an array (empty without a memory). Written and read here only, so a run
+// saved on one backend resumes on the other.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bellows/core/checkpoint.hpp"
+#include "bellows/feedback/error_feedback.hpp"
 
 namespace bellows::detail {
 
@@ -36,6 +37,24 @@ struct step_record {
   rec.memory.resize(memory_size);
   in.get_finite_array(std::span<float>(rec.memory), what_memory);
   return rec;
+}
+
+/// Appends the record of a layer's counter and memory (in the backend's memory). Waits for the
+/// executor.
+template <class Exec>
+void save_step_record(Exec& exec, std::uint64_t step, const layer_memory<Exec>& memory, checkpoint_writer& out) {
+  std::vector<float> staging;
+  write_step_record(out, step, memory.host(exec, staging));
+}
+
+/// Reads a record (written by either backend) into `step` and `memory`, checking all of it
+/// before either changes. Waits for the executor.
+template <class Exec>
+void load_step_record(Exec& exec, std::uint64_t& step, layer_memory<Exec>& memory, checkpoint_reader& in,
+                      std::string_view what_step, std::string_view what_memory) {
+  const step_record rec = read_step_record(in, memory.values().size(), what_step, what_memory);
+  memory.assign(exec, rec.memory);
+  step = rec.step;
 }
 
 }  // namespace bellows::detail
