@@ -8,9 +8,10 @@
 //
 // Both have the same members: prepare(exec, ranks, bytes) before a step; mine(rank), this rank's
 // payload storage (bytes long, 8-byte aligned); non_finite(), the flag word its encoding kernels
-// set; gather(coll, rank, bytes), the step's one allgather; and a nested `words` type, the flag
+// set; gather(coll, rank), the step's one allgather; and a nested `words` type, the flag
 // and verdict words of a call on one payload (encode, validate, decode_add), made from the
 // executor: `words::reserve(exec)` at make_state, `words w(exec)` per call, with w.non_finite zero.
+// scaled_payload_of says where the parts of such a payload lie, for every backend.
 #pragma once
 
 #include <cstddef>

@@ -29,7 +29,6 @@
 #include <string>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "bellows/compressors/detail/step_checks.hpp"
 #include "bellows/compressors/detail/step_record.hpp"
