@@ -41,11 +41,10 @@ struct bound {
   std::uint64_t matrix, vector;
 };
 constexpr bound device_bodies[] = {
-    {"identity", 0, 3, 3}, {"topk", 0, 17, 17},   {"topk", 1, 32, 32},    {"topk", 2, 17, 17},
-    {"topk", 3, 14, 14},   {"randk", 0, 9, 9},    {"randk", 1, 12, 12},   {"randk", 2, 9, 9},
-    {"randk", 3, 12, 12},  {"qsgd", 0, 4, 4},     {"qsgd", 1, 4, 4},      {"qsgd", 2, 4, 4},
-    {"qsgd", 3, 5, 5},     {"powersgd", 0, 11, 3}, {"powersgd", 1, 11, 3}, {"powersgd", 2, 11, 3},
-    {"signsgd", 0, 7, 6},  {"signsgd", 1, 6, 6},  {"signsgd", 2, 5, 5},   {"signsgd", 3, 6, 6},
+    {"identity", 0, 3, 3},  {"topk", 0, 17, 17},  {"topk", 1, 32, 32},  {"topk", 2, 17, 17},    {"topk", 3, 14, 14},
+    {"randk", 0, 9, 9},     {"randk", 1, 12, 12}, {"randk", 2, 9, 9},   {"randk", 3, 12, 12},   {"qsgd", 0, 4, 4},
+    {"qsgd", 1, 4, 4},      {"qsgd", 2, 4, 4},    {"qsgd", 3, 5, 5},    {"powersgd", 0, 11, 3}, {"powersgd", 1, 11, 3},
+    {"powersgd", 2, 11, 3}, {"signsgd", 0, 7, 6}, {"signsgd", 1, 6, 6}, {"signsgd", 2, 5, 5},   {"signsgd", 3, 6, 6},
 };
 
 /// Launches per rank of the second step of M at example i on a layer of shape `shp`.
@@ -78,8 +77,8 @@ TEST_CASE("cuda launches: kernels per step of every device compressor, no more t
           if (d.method == M::name && d.example == i) b = &d;
         INFO(M::name, " example ", i, " has no bound: measure it against its device body");
         REQUIRE(b != nullptr);
-        for (const auto& [what, shp, most] :
-             {std::tuple{std::string("matrix"), matrix, b->matrix}, std::tuple{std::string("vector"), vector, b->vector}}) {
+        for (const auto& [what, shp, most] : {std::tuple{std::string("matrix"), matrix, b->matrix},
+                                              std::tuple{std::string("vector"), vector, b->vector}}) {
           for (const std::uint64_t n : launches_of<M>(i, shp)) {
             INFO(M::name, " example ", i, " ", what, ": ", n, " launches per step, the device body ", most);
             CHECK(n <= most);
