@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// Where the device compressors that average by allgather (qsgd, topk) keep the payloads of a
-// step: one slot per rank, exchanged in place by a DeviceCollective's allgather_slots, and the
+// The device's payload slots (plan/payload_slots.hpp): where the compressors that average by
+// allgather (QSGD, EF-signSGD, top-k, rand-k per rank) keep the payloads of a step: one slot per
+// rank, exchanged in place by a DeviceCollective's allgather_slots, and the
 // words their kernels report in: this rank's non-finite flag, then one verdict per rank on its
 // payload and the worst of them, then (for payloads of a variable count) each rank's count. The
 // verdicts and counts are the one thing a step copies back and waits for.
 // The same words for a call on one payload (a PayloadCodec's encode, validate or decode_add on
 // device memory) come from the executor's workspace (payload_words), and a payload the device
-// refuses is checked again on a host copy (with_host_copy), by the CPU's validation.
+// refuses is checked again on a host copy (with_host_copy, validate_device_payload), by the
+// CPU's validation.
 #pragma once
 
 #include <cuda_runtime.h>

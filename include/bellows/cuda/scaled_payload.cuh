@@ -9,8 +9,8 @@
 
 #include <cuda_runtime.h>
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
