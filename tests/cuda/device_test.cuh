@@ -48,15 +48,6 @@ inline bool same_draw(const std::vector<float>& got, const std::vector<float>& w
 #endif
 }
 
-/// The device error memory of a state, copied back.
-inline std::vector<float> memory_of(const cuda::device_buffer<float>& memory) {
-  std::vector<float> e(memory.size());
-  BELLOWS_CUDA_CHECK(cudaDeviceSynchronize());
-  if (!e.empty())
-    BELLOWS_CUDA_CHECK(cudaMemcpy(e.data(), memory.data(), e.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  return e;
-}
-
 /// Floats in device memory, copied back after the device's work.
 inline std::vector<float> device_values(std::span<const float> d) {
   std::vector<float> out(d.size());
