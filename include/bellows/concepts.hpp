@@ -265,12 +265,16 @@ concept ObservingDetector = requires(D& d, const D& cd, std::size_t id, std::spa
 ///     the values readable on the host, after everything enqueued before (the one place an
 ///     algorithm waits; `staging` is a host vector the backend may copy into, grown only when
 ///     too small); `a.assign(e, values)`: host values in, complete on return.
+///     `copy_word(e, word, from)`: one word a kernel wrote in the backend's memory (a float or an
+///     unsigned verdict here; a count, a payload's header) into a host variable, complete once
+///     e.synchronize() returns.
 ///  3. Kernels, found by argument-dependent lookup beside E, on spans of the backend's memory
 ///     (an algorithm that needs more, as PowerSGD its products, states them beside it):
 ///     `fill(e, x, v)`; `copy(e, out, x)`; `scale(e, x, s)`; `divide(e, x, d)` and `divide(e, out, x, d)`;
 ///     `add_into(e, x, y)` (x += y); `add(e, out, a, b)`; `subtract(e, out, a, b)`;
 ///     `flag_non_finite(e, x, flag)`: *flag (one float of the backend's memory) = 1 when x holds
-///     a NaN or an Inf, else unchanged; `mean_norm(e, x, divisor, out)`: *out = the L2 norm of x
+///     a NaN or an Inf, else unchanged; `flag_to_float(e, word, out)`: *out = 1 when the
+///     unsigned word a kernel set is not 0, else 0; `mean_norm(e, x, divisor, out)`: *out = the L2 norm of x
 ///     (squares summed in double, in index order) / divisor, or 0 when divisor is 0.
 ///  4. Order: kernels run in call order; one may complete after it returns (a device stream),
 ///     but before any later kernel or host() on the same executor reads what it wrote.
@@ -282,8 +286,8 @@ concept ObservingDetector = requires(D& d, const D& cd, std::size_t id, std::spa
 /// Minimal model: archetypes::executor below (host memory, one thread).
 template <class E>
 concept Executor = requires(E& e, float_array_for<E>& a, const float_array_for<E>& ca, std::span<float> x,
-                            std::span<const float> y, std::vector<float>& staging, float v, double divisor,
-                            float* out) {
+                            std::span<const float> y, std::vector<float>& staging, float v, double divisor, float* out,
+                            float& word, unsigned& verdict, const unsigned* flag) {
   { E::shared() } -> std::same_as<E&>;
   requires !std::copy_constructible<E>;
   e.synchronize();
@@ -301,7 +305,10 @@ concept Executor = requires(E& e, float_array_for<E>& a, const float_array_for<E
   add_into(e, x, y);
   add(e, x, y, y);
   subtract(e, x, y, y);
+  copy_word(e, word, out);
+  copy_word(e, verdict, flag);
   flag_non_finite(e, y, out);
+  flag_to_float(e, flag, out);
   mean_norm(e, y, divisor, out);
 };
 
@@ -352,6 +359,11 @@ inline void flag_non_finite(executor&, std::span<const float> x, float* flag) {
   for (const float v : x)
     if (v - v != 0.0f) *flag = 1.0f;  // NaN - NaN and Inf - Inf are NaN
 }
+template <class T>
+void copy_word(executor&, T& to, const T* from) {
+  to = *from;
+}
+inline void flag_to_float(executor&, const unsigned* flag, float* out) { *out = *flag != 0 ? 1.0f : 0.0f; }
 inline void mean_norm(executor&, std::span<const float> x, double divisor, float* out) {
   double squares = 0.0;
   for (const float v : x) squares += double{v} * v;

@@ -4,7 +4,6 @@
 // (conformance_cases.hpp).
 #include <bellows/collectives/counting.hpp>
 #include <bellows/collectives/local.hpp>
-#include <bellows/compressors/detail/gather_average.hpp>
 #include <bellows/cpu/elementwise.hpp>
 
 #include <doctest/doctest.h>

@@ -25,7 +25,7 @@ using bellows::testing::same_bits;
 
 /// The indices of a valid rand-k payload of a layer below 2^32 elements.
 std::vector<std::uint32_t> indices_of(std::span<const std::byte> payload) {
-  const auto count = bellows::detail::header_of(payload).count;
+  const auto count = bellows::wire::reader(payload, bellows::randk_method::codec).head().count;
   const auto* first = reinterpret_cast<const std::uint32_t*>(payload.data() + bellows::wire::header_bytes);
   return {first, first + count};
 }
@@ -79,9 +79,9 @@ TEST_CASE("randk: the traffic of a step, and the rounds of each mode") {
       CHECK(c.rounds(st, 1) == bellows::exchange_rounds{{bellows::collective_op::allreduce_sum, 4 * 151}});
       CHECK(sent == bellows::traffic{4 * 151, 151, 150});
     } else {
-      CHECK(c.rounds(st, 1) == bellows::exchange_rounds{
-                                   {bellows::collective_op::allgather, bellows::detail::sparse_payload_bytes(n, 150)}});
-      CHECK(sent == bellows::traffic{bellows::detail::sparse_payload_bytes(n, 150), 150, 150});
+      CHECK(c.rounds(st, 1) ==
+            bellows::exchange_rounds{{bellows::collective_op::allgather, bellows::sparse_payload_bytes(n, 150)}});
+      CHECK(sent == bellows::traffic{bellows::sparse_payload_bytes(n, 150), 150, 150});
     }
   }
 }

@@ -87,7 +87,7 @@ TEST_CASE("topk: one rank's reduce keeps exactly the top k of a sort, ties to th
         if (8 * k >= 4 * n)  // one rank: the dense allreduce of n values and the flag
           CHECK(r.sent == bellows::traffic{4 * (n + 1), n + 1, k});
         else
-          CHECK(r.sent.bytes == bellows::detail::sparse_payload_bytes(n, k));
+          CHECK(r.sent.bytes == bellows::sparse_payload_bytes(n, k));
       }
     }
   }
@@ -154,7 +154,7 @@ TEST_CASE("topk: a malformed payload raises wire_error and leaves the output unt
   const auto x = bellows::testing::normal_floats(n, 1);
   const auto good = c.encode(st, x, buf.bytes());
   const std::size_t k = st.k(), head = bellows::wire::header_bytes;
-  REQUIRE(good.size() == bellows::detail::sparse_payload_bytes(n, k));
+  REQUIRE(good.size() == bellows::sparse_payload_bytes(n, k));
   const std::vector<float> before(n, 2.0f);
   std::vector<float> acc = before;
   auto changed = [&](auto&& edit) {
@@ -269,7 +269,7 @@ TEST_CASE("topk approximate: keeps between k and ceil(1.25 k) and reports the co
     CHECK(r.sent.kept == kept);
     CHECK(kept >= k);
     CHECK(kept <= k + (k + 3) / 4);
-    CHECK(r.sent.bytes == bellows::detail::sparse_payload_bytes(n, kept));
+    CHECK(r.sent.bytes == bellows::sparse_payload_bytes(n, kept));
     beyond_k += kept > k;
   }
   CHECK(beyond_k >= 3);  // each step with probability about 0.93
@@ -368,8 +368,8 @@ struct mapped_floats {
 }  // namespace
 
 TEST_CASE("sparse payloads: 32-bit indices below 2^32 elements, 64-bit from 2^32 on; their sizes are checked") {
-  using bellows::detail::sparse_payload_bytes;
-  using bellows::detail::wide_indices;
+  using bellows::sparse_payload_bytes;
+  using bellows::wide_indices;
   constexpr std::uint64_t two32 = std::uint64_t{1} << 32;
   CHECK_FALSE(wide_indices(0));
   CHECK_FALSE(wide_indices(std::uint64_t{1} << 31));  // signed 32-bit would overflow here; unsigned does not
@@ -399,17 +399,20 @@ TEST_CASE("topk: a layer of more than 2^32 elements carries indices past 2^32 th
   const std::pair<std::uint64_t, float> spikes[] = {{5, -3.0f}, {two32 - 1, 4.0f}, {two32, -5.0f}, {n - 1, 6.0f}};
 
   // The codec alone, without any dense buffer: write the payload of four entries, read it back.
-  payload_storage buf(bellows::detail::sparse_payload_bytes(n, 4));
-  const auto payload = bellows::detail::write_sparse<bellows::sparse_arrays>(
-      buf.bytes(), bellows::topk_method::codec, n, [&](auto begin) {
-        const auto arrays = begin(4);
-        for (std::size_t j = 0; j < 4; ++j) {
-          arrays.index[j] = static_cast<typename decltype(arrays)::index_type>(spikes[j].first);
-          arrays.value[j] = spikes[j].second;
-        }
-        return true;
-      });
-  CHECK(bellows::detail::header_of(payload).flags == bellows::wire::flag::index64);
+  payload_storage buf(bellows::sparse_payload_bytes(n, 4));
+  const auto [index, value] =
+      bellows::payload_entries<std::uint64_t>(buf.bytes().data() + bellows::wire::header_bytes, 4);
+  for (std::size_t j = 0; j < 4; ++j) {
+    index[j] = spikes[j].first;
+    value[j] = spikes[j].second;
+  }
+  bellows::cpu::executor one(1);
+  const unsigned finite = 0;
+  const std::uint64_t four = 4;
+  bellows::cpu::finish_payload(one, buf.bytes(), bellows::sparse_payload_of(bellows::topk_method::codec.id, n, 4, 4),
+                               {&finite, &four});
+  const auto payload = buf.bytes().first(bellows::sparse_payload_bytes(n, 4));
+  CHECK(bellows::wire::reader(payload, bellows::topk_method::codec).head().flags == bellows::wire::flag::index64);
   const auto entries = bellows::detail::read_sparse(payload, bellows::topk_method::codec, layer, 4, 4);
   REQUIRE(entries.index64.size() == 4);
   CHECK(entries.index32.empty());

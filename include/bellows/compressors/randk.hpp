@@ -19,34 +19,23 @@
 #include <cstdint>
 #include <span>
 #include <utility>
-#include <vector>
 
 #include "bellows/compressors/detail/sparse_codec.hpp"
 #include "bellows/compressors/randk_types.hpp"
-#include "bellows/cpu/sample.hpp"
+#include "bellows/cpu/elementwise.hpp"
+#include "bellows/cpu/executor.hpp"
+#include "bellows/cpu/float_array.hpp"
+#include "bellows/cpu/sparse_payload.hpp"
+#include "bellows/plan/sample.hpp"
 
 namespace bellows {
 
 template <class Exec = cpu::executor>
-class randk : public detail::sparse_codec<randk<Exec>, Exec> {
-  using base = detail::sparse_codec<randk<Exec>, Exec>;
+class randk : public detail::sparse_codec<randk<Exec>, Exec, sample_plan, sample_workspace_for<Exec>> {
+  using base = detail::sparse_codec<randk<Exec>, Exec, sample_plan, sample_workspace_for<Exec>>;
 
 public:
-  /// A layer's state: its step counter and error memory (public), and the workspace of its
-  /// draws. It may serve rand-k compressors of other ratios too; it keeps its memory.
-  class state : public detail::sparse_state {
-  public:
-    /// The elements kept per step.
-    [[nodiscard]] std::size_t k() const noexcept { return plan_.k; }
-
-  private:
-    friend class randk;
-    sample_plan plan_{};
-    cpu::sample_workspace work_;
-    std::vector<std::uint32_t> index32_;  // shared mode: the indices of the step
-    std::vector<std::uint64_t> index64_;
-    std::vector<float> values_;  // shared mode: the k values, then the non-finite flag
-  };
+  using state = typename base::state;
 
   static constexpr wire::codec codec = randk_method::codec;
   static constexpr const char* name = randk_method::codec.name;
@@ -64,34 +53,33 @@ public:
                                 params_.mode == randk_mode::shared);
   }
 
-  /// One step (a collective call). Shared mode: one allreduce of the k kept values and a
-  /// non-finite flag, then the average scattered into `inout`. Per-rank mode: stage, allgather
-  /// and average of the payloads. On success the staged memory is committed.
-  template <Collective Coll>
+  /// One step (a collective call). Per-rank mode: by allgather (detail::sparse_codec). Shared
+  /// mode: the draw's entries into a payload's body as the allgather's would go, the non-finite
+  /// flag right after the k values, one allreduce of those k + 1 floats, the flag read back (on
+  /// the device, the step's one wait); when every rank was finite, g = the values / W scattered
+  /// into zeros, and the staged memory becomes current.
+  template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    if (params_.mode == randk_mode::per_rank)
-      return this->conclude(st, this->average_by_allgather(st, this->stage(st, inout, coll.rank()), inout, coll));
-    fit(st);
-    detail::check_buffer(name, st.layer, inout.size());
-    const std::size_t k = st.plan_.k;
-    const std::span<float> values(st.values_.data(), k);
+    this->begin_step(st, inout.size(), coll);
+    if (params_.mode == randk_mode::per_rank) return this->average_by_allgather(st, inout, coll);
+    Exec& exec = *this->exec_;
+    const std::size_t n = inout.size(), k = st.plan_.k;
+    st.slots_.prepare(exec, 1, sparse_payload_bytes(n, k) + sizeof(float));
+    const std::span<std::byte> body = st.slots_.mine(0).subspan(wire::header_bytes);
     const auto [memory, staged] = this->compensation(st);
-    const bool finite = detail::wide_indices(inout.size())
-                            ? draw_and_gather(st, inout, memory, staged, std::span(st.index64_), values, 0)
-                            : draw_and_gather(st, inout, memory, staged, std::span(st.index32_), values, 0);
-    this->staged_without_payload(st, finite);
-    st.values_[k] = finite ? 0.0f : 1.0f;
-    coll.allreduce_sum(st.values_);
-    const reduce_result r{st.values_[k] != 0.0f ? step_status::non_finite : step_status::ok,
-                          {st.values_.size() * sizeof(float), st.values_.size(), k}};
+    const auto words = select(st, inout, memory, staged, body, coll.rank());
+    const std::span<float> values(reinterpret_cast<float*>(body.data() + (wide_indices(n) ? 8 : 4) * k), k + 1);
+    flag_to_float(exec, words.non_finite, values.data() + k);
+    coll.allreduce_sum(values);
+    float flag = 0.0f;
+    copy_word(exec, flag, values.data() + k);
+    exec.synchronize();
+    const reduce_result r{flag != 0.0f ? step_status::non_finite : step_status::ok,
+                          {(k + 1) * sizeof(float), k + 1, k}};
     if (r.status == step_status::ok) {
-      const float w = static_cast<float>(coll.size());
-      if (w != 1.0f) divide(*this->exec_, values, w);
-      fill(*this->exec_, inout, 0.0f);
-      if (detail::wide_indices(inout.size()))
-        scatter_add(*this->exec_, inout, std::span<const std::uint64_t>(st.index64_), values);
-      else
-        scatter_add(*this->exec_, inout, std::span<const std::uint32_t>(st.index32_), values);
+      if (coll.size() != 1) divide(exec, values.first(k), static_cast<float>(coll.size()));
+      fill(exec, inout, 0.0f);
+      this->add_entries(inout, body.data(), k);
     }
     return this->conclude(st, r);
   }
@@ -104,45 +92,21 @@ private:
     return {k, k};
   }
 
-  void fit(state& st) const {
-    const std::size_t k = counts(st.layer).first;
-    const sample_plan plan = plan_sample(st.layer.size(), k);
-    if (!(plan == st.plan_)) {
-      st.plan_ = plan;
-      st.work_.fit(plan);
-    }
-    if (params_.mode == randk_mode::shared) {  // no-ops once sized
-      if (detail::wide_indices(st.layer.size()))
-        st.index64_.resize(k);
-      else
-        st.index32_.resize(k);
-      st.values_.resize(k + 1);
-    }
-    this->fit_memory(st, params_.feedback);
+  [[nodiscard]] sample_plan plan_for(const layer_info& layer) const {
+    return plan_sample(layer.size(), counts(layer).first);
   }
 
-  /// Draws this step's indices into `index` and gathers the kept entries of m = g (+ e) into
-  /// `values`, writing the next memory into `staged` when `e` is not empty; false when m holds
-  /// NaN or Inf.
-  template <class Index>
-  bool draw_and_gather(state& st, std::span<const float> g, std::span<const float> e, std::span<float> staged,
-                       std::span<Index> index, std::span<float> values, std::size_t rank) const {
+  /// The step's draw (keyed by rank in per-rank mode, else shared), then the kept entries of
+  /// v = g (+ e), scaled by n / k when unbiased, into `body`, the next memory into `staged`.
+  auto select(state& st, std::span<const float> g, std::span<const float> e, std::span<float> staged,
+              std::span<std::byte> body, std::size_t rank) const {
     const philox::stream draw{params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id,
                               params_.mode == randk_mode::shared ? philox::stream::shared
                                                                  : static_cast<std::uint32_t>(rank)};
-    draw_sample(*this->exec_, st.plan_, draw, st.work_);
     const float scale = params_.unbiased
                             ? static_cast<float>(static_cast<double>(st.layer.size()) / static_cast<double>(st.plan_.k))
                             : 1.0f;
-    return gather_sample(*this->exec_, st.plan_, st.work_, g, e, staged, sparse_arrays<Index>{index, values}, scale);
-  }
-
-  std::span<std::byte> write(state& st, std::span<const float> g, std::span<const float> e, std::span<float> staged,
-                             std::span<std::byte> out, std::size_t rank) const {
-    return detail::write_sparse<sparse_arrays>(out, codec, g.size(), [&](auto begin) {
-      const auto arrays = begin(st.plan_.k);
-      return draw_and_gather(st, g, e, staged, arrays.index, arrays.value, rank);
-    });
+    return draw_into_payload(*this->exec_, st.plan_, draw, st.work_, g, e, staged, body, scale);
   }
 
   randk_params params_;

@@ -17,38 +17,25 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <utility>
-#include <vector>
 
 #include "bellows/compressors/detail/sparse_codec.hpp"
 #include "bellows/compressors/topk_types.hpp"
-#include "bellows/core/checked.hpp"
-#include "bellows/cpu/select.hpp"
+#include "bellows/cpu/elementwise.hpp"
+#include "bellows/cpu/executor.hpp"
+#include "bellows/cpu/float_array.hpp"
+#include "bellows/cpu/sparse_payload.hpp"
+#include "bellows/plan/select.hpp"
 
 namespace bellows {
 
 template <class Exec = cpu::executor>
-class topk : public detail::sparse_codec<topk<Exec>, Exec> {
-  using base = detail::sparse_codec<topk<Exec>, Exec>;
+class topk : public detail::sparse_codec<topk<Exec>, Exec, select_plan, select_workspace_for<Exec>> {
+  using base = detail::sparse_codec<topk<Exec>, Exec, select_plan, select_workspace_for<Exec>>;
 
 public:
-  /// A layer's state: its step counter and error memory (public), and the workspace of its
-  /// selections. A state may serve top-k compressors of other ratios too (the two levels of an
-  /// Accordion schedule): it keeps its memory, and its workspace is resized at the first step
-  /// at a new ratio.
-  class state : public detail::sparse_state {
-  public:
-    /// The elements kept per step (in approximate mode, the least).
-    [[nodiscard]] std::size_t k() const noexcept { return plan_.k; }
-
-  private:
-    friend class topk;
-    select_plan plan_{};
-    cpu::select_workspace work_;
-    std::vector<float> dense_;  // sized at the first step that averages densely
-  };
+  using state = typename base::state;
 
   static constexpr wire::codec codec = topk_method::codec;
   static constexpr const char* name = topk_method::codec.name;
@@ -65,28 +52,39 @@ public:
     return detail::topk_rounds(st.layer, counts(st.layer), params_.dense_switch, ranks);
   }
 
-  /// One step (a collective call). By allgather: stage, exchange the payloads, average them,
-  /// and on success commit. When dense_switch is on and W * k * (index + value bytes) >= 4 n,
-  /// by one allreduce of n + 1 floats instead: the kept entries written densely, then the
-  /// non-finite flag. The traffic counts the kept values as the payload's elements.
-  template <Collective Coll>
+  /// One step (a collective call). By allgather (detail::sparse_codec). When dense_switch is on
+  /// and W * most * (index + value bytes) >= 4 n, by one allreduce of n + 1 floats instead: the
+  /// kept entries written densely, then the non-finite flag; the flag, this rank's verdict and
+  /// its count read back (on the device, the step's one wait); when every rank was finite,
+  /// g = the sums / W. The traffic counts the kept values as the payload's elements.
+  template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    if (!averages_densely(st.layer, coll.size()))
-      return this->conclude(st, this->average_by_allgather(st, this->stage(st, inout, coll.rank()), inout, coll));
-    this->fit(st);
-    detail::check_buffer(name, st.layer, inout.size());
+    this->begin_step(st, inout.size(), coll);
+    if (!averages_densely(st.layer, coll.size())) return this->average_by_allgather(st, inout, coll);
+    Exec& exec = *this->exec_;
     const std::size_t n = inout.size();
-    st.dense_.resize(n + 1);
-    const std::span<float> sum(st.dense_.data(), n);
+    if (st.dense_.size() != n + 1) {
+      exec.synchronize();  // work enqueued before may still use the buffer replaced
+      st.dense_ = float_array_for<Exec>(exec, n + 1);
+    }
+    st.slots_.prepare(exec, 1, this->max_payload_bytes(st));  // the device's scratch
+    const std::span<float> dense = st.dense_.span();
     const auto [memory, staged] = this->compensation(st);
-    const std::optional<std::size_t> kept =
-        select_top_dense(*this->exec_, st.plan_, sample_key(st, coll.rank()), inout, memory, staged, st.work_, sum);
-    this->staged_without_payload(st, kept.has_value());
-    st.dense_[n] = kept ? 0.0f : 1.0f;
-    coll.allreduce_sum(st.dense_);
-    const reduce_result r{st.dense_[n] != 0.0f ? step_status::non_finite : step_status::ok,
-                          {st.dense_.size() * sizeof(float), st.dense_.size(), kept.value_or(0)}};
-    if (r.status == step_status::ok) divide(*this->exec_, inout, sum, static_cast<float>(coll.size()));
+    const auto words = select_into_dense(exec, st.plan_, sample_key(st, coll.rank()), inout, memory, staged, st.work_,
+                                         st.slots_.mine(0), dense.first(n));
+    flag_to_float(exec, words.non_finite, dense.data() + n);
+    coll.allreduce_sum(dense);
+    float flag = 0.0f;
+    unsigned own = 0;
+    typename decltype(words)::count_type count = 0;
+    copy_word(exec, flag, dense.data() + n);
+    copy_word(exec, own, words.non_finite);
+    copy_word(exec, count, words.count);
+    exec.synchronize();
+    const reduce_result r{flag != 0.0f ? step_status::non_finite : step_status::ok,
+                          {(n + 1) * sizeof(float), n + 1, own != 0 ? 0 : std::size_t{count}}};
+    if (r.status == step_status::ok)
+      divide(exec, inout, std::span<const float>(dense.first(n)), static_cast<float>(coll.size()));
     return this->conclude(st, r);
   }
 
@@ -99,30 +97,23 @@ private:
     return {k, topk_most(params_.mode, layer.size(), k)};
   }
 
+  [[nodiscard]] select_plan plan_for(const layer_info& layer) const {
+    const auto [k, most] = counts(layer);
+    return plan_select(layer.size(), k, most);
+  }
+
   [[nodiscard]] bool averages_densely(const layer_info& layer, std::size_t ranks) const {
     return params_.dense_switch && detail::dense_is_cheaper(layer.size(), ranks, counts(layer).second);
   }
 
-  void fit(state& st) const {
-    const auto [k, most] = counts(st.layer);
-    const select_plan plan = plan_select(st.layer.size(), k, most);
-    if (!(plan == st.plan_)) {
-      st.work_.fit(plan);
-      st.plan_ = plan;
-    }
-    this->fit_memory(st, params_.feedback);
-  }
-
-  /// The key of the sample that sets the selection threshold.
+  /// The key of the sample that sets the selection threshold in approximate mode.
   [[nodiscard]] philox::stream sample_key(const state& st, std::size_t rank) const noexcept {
     return {params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id, static_cast<std::uint32_t>(rank)};
   }
 
-  std::span<std::byte> write(state& st, std::span<const float> g, std::span<const float> e, std::span<float> staged,
-                             std::span<std::byte> out, std::size_t rank) const {
-    return detail::write_sparse<sparse_arrays>(out, codec, g.size(), [&](auto begin) {
-      return select_top(*this->exec_, st.plan_, sample_key(st, rank), g, e, staged, st.work_, begin);
-    });
+  auto select(state& st, std::span<const float> g, std::span<const float> e, std::span<float> staged,
+              std::span<std::byte> body, std::size_t rank) const {
+    return select_into_payload(*this->exec_, st.plan_, sample_key(st, rank), g, e, staged, st.work_, body);
   }
 
   topk_params params_;

@@ -72,6 +72,12 @@ inline void flag_non_finite(executor& exec, std::span<const float> x, float* fla
   if (!all_finite(exec, x)) *flag = 1.0f;
 }
 
+/// *out = 1 when *flag (a kernel's non-finite word) is set, else 0: the float a vote sums, as
+/// cuda::flag_to_float writes it.
+inline void flag_to_float(executor& /*exec*/, const unsigned* flag, float* out) noexcept {
+  *out = *flag != 0 ? 1.0f : 0.0f;
+}
+
 /// out[i] = x[i] (same lengths).
 inline void copy(executor& exec, std::span<float> out, std::span<const float> x) {
   BELLOWS_EXPECTS(out.size() == x.size(), "copy: lengths differ, ", out.size(), " and ", x.size());

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -59,6 +60,13 @@ inline void mean_norm(executor& /*exec*/, std::span<const float> x, double divis
   double squares = 0.0;
   for (const float v : x) squares += double{v} * v;
   *out = static_cast<float>(std::sqrt(squares) / divisor);
+}
+
+/// Copies one word of the backend's memory (a count or a flag a kernel wrote) into `to`: at
+/// once here; on the device, complete once exec.synchronize() returns.
+template <class T>
+void copy_word(executor& /*exec*/, T& to, const T* from) noexcept {
+  std::memcpy(static_cast<void*>(&to), from, sizeof(T));
 }
 
 }  // namespace bellows::cpu

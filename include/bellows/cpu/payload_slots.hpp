@@ -69,6 +69,10 @@ public:
     return {{scales, shape.header.count}, {codes, shape.code_bytes}};
   }
 
+protected:
+  [[nodiscard]] gather_buffer& gathered() noexcept { return gathered_; }
+  [[nodiscard]] std::vector<Parts>& parts_storage() noexcept { return parts_; }
+
 private:
   std::vector<std::uint64_t> mine_;  // 8-byte aligned
   std::size_t bytes_ = 0;
@@ -91,20 +95,19 @@ inline void finish_payload(executor& /*exec*/, std::span<std::byte> payload, con
 /// The status of every gathered payload by `check(payload)`, the codec's host validation (which
 /// raises wire_error for a malformed one), in rank order: non_finite when any sender flagged its
 /// input, else ok.
-template <class Parts, class Check>
+template <class Parts, class Shape, class Check>
 [[nodiscard]] step_status check_payloads(executor& /*exec*/, const payload_slots<Parts>& slots,
-                                         std::string_view /*who*/, const layer_info& /*layer*/,
-                                         const scaled_payload& /*shape*/, Check&& check) {
+                                         std::string_view /*who*/, const layer_info& /*layer*/, const Shape& /*shape*/,
+                                         Check&& check) {
   bool flagged = false;
   for (std::size_t r = 0; r < slots.ranks(); ++r) flagged |= check(slots.block(r)) == step_status::non_finite;
   return flagged ? step_status::non_finite : step_status::ok;
 }
 
 /// The status of one payload in host memory: `check(payload)`, the codec's host validation.
-template <class Check>
+template <class Shape, class Check>
 [[nodiscard]] step_status validate_payload(executor& /*exec*/, std::string_view /*who*/, const layer_info& /*layer*/,
-                                           std::span<const std::byte> payload, const scaled_payload& /*shape*/,
-                                           Check&& check) {
+                                           std::span<const std::byte> payload, const Shape& /*shape*/, Check&& check) {
   return check(payload);
 }
 

@@ -50,6 +50,7 @@ struct sample_workspace {
   std::vector<std::uint32_t> per_chunk;
   std::vector<std::uint64_t> first;  ///< per chunk: its first output position (gather_sample)
   std::vector<std::uint64_t> dropped;
+  unsigned non_finite = 0;  ///< the word a draw into a payload reports in (sparse_payload.hpp)
 
   sample_workspace() = default;
   explicit sample_workspace(const sample_plan& p) { fit(p); }

@@ -70,6 +70,8 @@ struct select_workspace {
   std::vector<std::uint16_t> position;
   std::vector<float> value;
   std::vector<chunk_tally> chunks;
+  unsigned non_finite = 0;  ///< the words a selection into a payload reports in (sparse_payload.hpp)
+  std::uint64_t selected = 0;
 
   select_workspace() = default;
   explicit select_workspace(const select_plan& p) { fit(p); }

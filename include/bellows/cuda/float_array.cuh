@@ -85,6 +85,13 @@ inline void mean_norm(executor& exec, std::span<const float> x, double divisor, 
   detail::launch(&detail::mean_norm_kernel, 1u, 1u, exec.stream(), x.data(), x.size(), divisor, out);
 }
 
+/// Enqueues the copy of one word of device memory (a count or a flag a kernel wrote) into `to`,
+/// complete once exec.synchronize() returns.
+template <class T>
+void copy_word(executor& exec, T& to, const T* from) {
+  BELLOWS_CUDA_CHECK(cudaMemcpyAsync(&to, from, sizeof(T), cudaMemcpyDeviceToHost, exec.stream()));
+}
+
 }  // namespace bellows::cuda
 
 namespace bellows {

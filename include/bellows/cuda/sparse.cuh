@@ -94,13 +94,14 @@ __global__ void scatter_kernel(float* out, const Index* index, const float* valu
     out[index[j]] = add ? __fadd_rn(out[index[j]], value[j]) : value[j];
 }
 
-inline void scatter(executor& exec, std::span<float> out, std::span<const std::uint32_t> index,
-                    std::span<const float> value, const std::uint32_t* used, bool add) {
+template <class Index>
+void scatter(executor& exec, std::span<float> out, std::span<const Index> index, std::span<const float> value,
+             const std::uint32_t* used, bool add) {
   BELLOWS_EXPECTS(value.size() == index.size(), "cuda::scatter: ", index.size(), " indices but ", value.size(),
                   " values");
   if (index.empty()) return;
   const unsigned blocks = std::min(blocks_for(index.size(), scatter_threads), 4096u);
-  launch(&scatter_kernel<std::uint32_t>, blocks, scatter_threads, exec.stream(), out.data(), index.data(), value.data(),
+  launch(&scatter_kernel<Index>, blocks, scatter_threads, exec.stream(), out.data(), index.data(), value.data(),
          index.size(), used, add);
 }
 
@@ -115,8 +116,8 @@ inline void scatter(executor& exec, std::span<float> out, std::span<const std::u
 
 /// acc[index[j]] += value[j] for distinct indices below acc.size() (device memory), as
 /// cpu::scatter_add: distinct indices make every sum the CPU's.
-inline void scatter_add(executor& exec, std::span<float> acc, std::span<const std::uint32_t> index,
-                        std::span<const float> value) {
+template <class Index>
+void scatter_add(executor& exec, std::span<float> acc, std::span<const Index> index, std::span<const float> value) {
   detail::scatter(exec, acc, index, value, nullptr, true);
 }
 

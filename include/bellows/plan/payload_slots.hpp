@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "bellows/core/wire.hpp"
+#include "bellows/plan/sparse.hpp"
 
 namespace bellows {
 
@@ -48,6 +49,26 @@ struct scaled_payload {
   p.header.count = buckets;
   p.header.param = param;
   p.header.body_bytes = p.bytes - wire::header_bytes;
+  return p;
+}
+
+/// What the sparse payloads of a layer may be (top-k's and rand-k's: plan/sparse.hpp): the header
+/// of one of `least` entries from a finite sender, and between `least` and `most` entries.
+struct sparse_payload {
+  wire::header header{};
+  std::size_t least = 0;
+  std::size_t most = 0;
+};
+
+/// The sparse payloads of codec `codec` for n elements, of `least` to `most` entries.
+[[nodiscard]] inline sparse_payload sparse_payload_of(std::uint8_t codec, std::uint64_t n, std::size_t least,
+                                                      std::size_t most) {
+  sparse_payload p{{}, least, most};
+  p.header.codec = codec;
+  p.header.n = n;
+  p.header.count = least;
+  if (wide_indices(n)) p.header.flags = wire::flag::index64;
+  p.header.body_bytes = sparse_payload_bytes(n, least) - wire::header_bytes;
   return p;
 }
 

@@ -1,7 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
-// What top-k and rand-k share: the rule for k (docs/spec.md#k-from-a-ratio), their payload (ascending indices, then
-// values) and its complete validation, the per-layer state of a step whose error-memory update
-// waits until every rank's input proved finite, and the functions around it.
+// What top-k and rand-k share, written once over the executor: the rule for k
+// (docs/spec.md#k-from-a-ratio), their rounds, the complete validation of their payload
+// (plan/sparse.hpp: ascending indices, then values), and the step around their selection. The
+// CPU keeps a state in host memory and exchanges through any Collective, the device in device
+// memory through a DeviceCollective on the executor's stream, with the same payload bytes,
+// outputs and memories.
+//
+// One step averaged by allgather:
+//   the codec's selection from m = g + e writes this rank's entries into its payload slot, its
+//   count and a non-finite word, and the next memory aside (cpu/sparse_payload.hpp,
+//   cuda/sparse_payload.cuh) -> finish_payload writes the header (flagged and empty for input
+//   that is not finite) -> one allgather (the CPU sends each payload at its length, the device
+//   whole slots) -> every rank's payload validated (check_payloads: on the device one kernel,
+//   the verdicts and counts copied back, the step's one wait; a malformed payload raises the
+//   CPU validation's wire_error) -> when all are good and finite: g = the average of the
+//   scattered entries (average_payloads: zeros, each rank's entries added in rank order, the
+//   sums divided by W), and the staged memory becomes current. A flagged payload leaves g, e and
+//   the counter as they were.
+// Top-k's dense switch and rand-k's shared indices average by one allreduce instead (topk.hpp,
+// randk.hpp), on the same state.
 #pragma once
 
 #include <algorithm>
@@ -9,26 +26,23 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <optional>
 #include <span>
 #include <utility>
-#include <vector>
 
-#include "bellows/compressors/detail/gather_average.hpp"
 #include "bellows/compressors/detail/step_checks.hpp"
 #include "bellows/compressors/detail/step_record.hpp"
 #include "bellows/concepts.hpp"
 #include "bellows/core/checked.hpp"
 #include "bellows/core/checkpoint.hpp"
 #include "bellows/core/error.hpp"
-#include "bellows/core/gather_buffer.hpp"
 #include "bellows/core/shape.hpp"
 #include "bellows/core/traffic.hpp"
 #include "bellows/core/wire.hpp"
-#include "bellows/cpu/elementwise.hpp"
-#include "bellows/cpu/sparse.hpp"
 #include "bellows/feedback/error_feedback.hpp"
+#include "bellows/plan/feedback.hpp"
+#include "bellows/plan/float_array.hpp"
+#include "bellows/plan/payload_slots.hpp"
+#include "bellows/plan/sparse.hpp"
 
 namespace bellows::detail {
 
@@ -47,9 +61,6 @@ namespace bellows::detail {
   return std::clamp(static_cast<std::size_t>(k), std::size_t{1}, n);
 }
 
-/// Sparse payloads carry 64-bit indices for layers of 2^32 elements or more.
-[[nodiscard]] constexpr bool wide_indices(std::uint64_t n) noexcept { return (n >> 32) != 0; }
-
 /// Top-k's dense switch (docs/spec.md#top-k), on every backend: one allreduce of the n sums
 /// replaces the allgather when the allgather would move at least as many bytes,
 /// W * most * (index + value bytes) >= 4 n, with `most` the entries a payload may hold.
@@ -57,14 +68,6 @@ namespace bellows::detail {
 [[nodiscard]] inline bool dense_is_cheaper(std::size_t n, std::size_t ranks, std::size_t most) noexcept {
   const std::size_t entry = (wide_indices(n) ? 8 : 4) + sizeof(float);
   return saturating_mul(saturating_mul(ranks, most), entry) >= saturating_mul(4, n);
-}
-
-/// Bytes of a sparse payload of `count` entries for a layer of n elements; bellows::error when
-/// that does not fit std::size_t.
-[[nodiscard]] constexpr std::size_t sparse_payload_bytes(std::uint64_t n, std::size_t count) {
-  const std::size_t indices =
-      wide_indices(n) ? wire::array_end<std::uint64_t>(0, count) : wire::array_end<std::uint32_t>(0, count);
-  return wire::payload_bytes(wire::array_end<float>(indices, count));
 }
 
 /// Top-k's rounds on every backend: one allgather of a payload of `counts` = {least, most}
@@ -83,37 +86,6 @@ namespace bellows::detail {
 [[nodiscard]] inline exchange_rounds randk_rounds(const layer_info& layer, std::size_t k, bool shared) {
   if (shared) return {{collective_op::allreduce_sum, (k + 1) * sizeof(float)}};
   return {{collective_op::allgather, sparse_payload_bytes(layer.size(), k)}};
-}
-
-/// Writes a sparse payload into `out`. `select(begin)` runs the selection; once it knows the
-/// count it calls begin(count), which writes the header and returns Arrays<Index>{index, value}
-/// over the payload's arrays for it to fill. `select` returns false for non-finite input
-/// (whether or not it called begin), and the payload is then flagged non-finite with no entries.
-template <template <class> class Arrays, class Select>
-[[nodiscard]] std::span<std::byte> write_sparse(std::span<std::byte> out, wire::codec codec, std::uint64_t n,
-                                                Select&& select) {
-  wire::header h{};
-  h.codec = codec.id;
-  h.n = n;
-  if (wide_indices(n)) h.flags |= wire::flag::index64;
-  std::optional<wire::writer> w;
-  auto begin = [&]<class Index>(std::size_t count, Index*) {
-    h.count = count;
-    w.emplace(out, h);
-    const std::span<Index> index = w->template array<Index>(count);
-    return Arrays<Index>{index, w->template array<float>(count)};
-  };
-  bool finite = true;
-  if (wide_indices(n))
-    finite = select([&](std::size_t count) { return begin(count, static_cast<std::uint64_t*>(nullptr)); });
-  else
-    finite = select([&](std::size_t count) { return begin(count, static_cast<std::uint32_t*>(nullptr)); });
-  if (!finite) {
-    h.count = 0;
-    h.flags |= wire::flag::non_finite;
-    w.emplace(out, h);
-  }
-  return w->finish();
 }
 
 /// A validated sparse payload: its status and, when ok, its entries.
@@ -179,207 +151,187 @@ struct sparse_entries {
   return e;
 }
 
-/// The header of a payload written here or validated before.
-[[nodiscard]] inline wire::header header_of(std::span<const std::byte> payload) noexcept {
-  wire::header h;
-  std::memcpy(static_cast<void*>(&h), payload.data(), sizeof h);
-  return h;
-}
-
-/// The per-layer state top-k and rand-k share. `memory` is e; a step writes its successor into
-/// `staged_` and its payload into `payload_`, and commit makes them current once every rank's
-/// input proved finite.
-struct sparse_state {
-  layer_info layer;
-  std::uint64_t step = 0;
-  error_memory memory;  ///< the error memory e (no values when feedback is none)
-
-protected:
-  template <class, class>
-  friend class sparse_codec;
-
-  error_memory staged_;
-  std::vector<std::uint64_t> payload_;
-  std::size_t payload_bytes_ = 0;
-  bool pending_ = false;  ///< a step was staged with finite input and not yet committed
-  gather_buffer gathered_;
-  std::vector<cpu::sparse_view<std::uint32_t>> narrow_;  ///< every rank's validated entries
-  std::vector<cpu::sparse_view<std::uint64_t>> wide_;    ///< the same, for 64-bit indices
-  std::vector<std::size_t> cursors_;                     ///< scatter_average's workspace
-};
-
-/// S is the state type of compressor C.
-template <class S, class C>
-concept state_of = std::same_as<S, typename C::state>;
-
-/// What top-k and rand-k share beyond their selection: make_state, the staged step,
-/// PayloadCodec, checkpoints and averaging by allgather. Derived (a friend) provides `codec` (its wire::codec), `name`,
-/// counts(layer) -> {least, most} entries of its payloads, fit(state&) (validates the
-/// parameters for the layer, sizes the workspace) and write(state&, g, e, staged, out, rank),
-/// which writes one payload (selecting from g + e, and staging the next memory, when e is not
-/// empty). The member templates take Derived::state only.
-template <class Derived, class Exec>
+/// What top-k and rand-k share beyond their selection, written once over the executor: the
+/// layer's state, make_state, the step averaged by allgather, stage and commit, PayloadCodec,
+/// rescale and checkpoints. Plan is the selection's plan (select_plan, sample_plan) and
+/// Workspace the backend's workspace for it. Derived (a friend of the state) provides `codec`
+/// (its wire::codec), `name`, params() (with `feedback`), counts(layer) -> {least, most} entries
+/// of its payloads, plan_for(layer) -> Plan (validating its parameters for the layer), and
+/// select(st, g, e, staged, body, rank) -> sparse_words, which enqueues the selection (from
+/// g + e, writing the residual into `staged`, when `e` is not empty) into a payload's body.
+template <class Derived, class Exec, class Plan, class Workspace>
 class sparse_codec {
+  static_assert(Executor<Exec>, "sparse_codec<Exec>: Exec must model Executor");
+  using slots_type = payload_slots_for<Exec, sparse_payload>;
+
 public:
+  /// A layer's state: its step counter and error memory (public), and the plan, workspace and
+  /// buffers of its steps, in the backend's memory. A state may serve compressors of other
+  /// ratios or modes too (the two levels of an Accordion schedule): it keeps its memory, and its
+  /// plan and workspace follow the compressor at the next step (allocating only then).
+  class state {
+  public:
+    layer_info layer;
+    std::uint64_t step = 0;
+    layer_memory<Exec> memory;  ///< the error memory e (no values when feedback is none)
+
+    /// The elements kept per step (in top-k's approximate mode, the least).
+    [[nodiscard]] std::size_t k() const noexcept { return plan_.k; }
+
+  private:
+    friend sparse_codec;
+    friend Derived;
+    Plan plan_{};
+    Workspace work_{};
+    layer_memory<Exec> staged_;    ///< the next e, current once every rank's input proved finite
+    slots_type slots_;             ///< this step's payloads (or the device's scratch)
+    float_array_for<Exec> dense_;  ///< top-k's dense average: n sums, then the verdict
+    bool pending_ = false;         ///< a step was staged with finite input and not yet committed
+  };
+
   explicit sparse_codec(Exec& exec) : exec_(&exec) {}
 
-  /// A state for the layer, its memory and workspace sized; returns a Derived::state.
-  [[nodiscard]] auto make_state(const layer_info& layer) const {
-    typename Derived::state st;
+  /// A state for the layer, its memory and workspace sized (on the device, the executor's
+  /// workspace reserved: raises bellows::error for a layer the device does not take).
+  [[nodiscard]] state make_state(const layer_info& layer) const {
+    slots_type::words::reserve(*exec_);
+    state st;
     st.layer = layer;
-    derived().fit(st);
+    st.plan_ = derived().plan_for(layer);
+    fit_workspace(*exec_, st.work_, st.plan_);  // a plan equal to the default one too
+    fit(st);
     return st;
   }
 
   /// The first half of a step, for a trainer that exchanges payloads itself: selects from
   /// m = grad + e, writes the next error memory aside, and returns this rank's payload (held by
   /// the state until the next stage). Changes neither the memory nor the step counter. Once
-  /// every rank's payload validated without non_finite, call commit.
-  // (clang-format-14 would join the requires clause to the declaration)
-  // clang-format off
-  template <class State>
-    requires state_of<State, Derived>
-  std::span<const std::byte> stage(State& st, std::span<const float> grad, std::size_t rank = 0) const {
-    // clang-format on
-    derived().fit(st);
+  /// every rank's payload validated without non_finite, call commit. The device waits for its
+  /// stream once, for the payload's length.
+  std::span<const std::byte> stage(state& st, std::span<const float> grad, std::size_t rank = 0) const {
+    fit(st);
     check_buffer(Derived::name, st.layer, grad.size());
-    const bool feedback = st.memory.enabled();
-    st.payload_.resize((max_payload_bytes(st) + 7) / 8);
-    const std::span<const std::byte> payload = derived().write(
-        st, grad, feedback ? std::span<const float>(st.memory.values()) : std::span<const float>{},
-        feedback ? st.staged_.values() : std::span<float>{}, std::as_writable_bytes(std::span(st.payload_)), rank);
-    st.payload_bytes_ = payload.size();
-    st.pending_ = (header_of(payload).flags & wire::flag::non_finite) == 0;
-    return payload;
+    st.slots_.prepare(*exec_, 1, max_payload_bytes(st));
+    const std::span<std::byte> payload = st.slots_.mine(0);
+    write(st, grad, true, payload, rank);
+    const wire::header h = header_back(payload);
+    st.pending_ = (h.flags & wire::flag::non_finite) == 0;
+    return payload.first(wire::header_bytes + h.body_bytes);
   }
 
   /// The second half: the staged memory becomes current and the step counter advances.
-  template <class State>
-    requires state_of<State, Derived>
-  void commit(State& st) const {
+  void commit(state& st) const {
     BELLOWS_EXPECTS(st.pending_, Derived::name, ": layer '", st.layer.name,
                     "' has no staged step with finite input to commit");
-    if (st.memory.enabled()) std::swap(st.memory, st.staged_);
+    std::swap(st.memory, st.staged_);
     ++st.step;
     st.pending_ = false;
   }
 
-  // PayloadCodec: the selection from `in` as it is (no error memory), keyed by state.step.
+  // PayloadCodec, on the backend's memory: the selection from `in` as it is (no error memory),
+  // keyed by state.step. The device waits for its stream once per call.
 
-  template <class State>
-    requires state_of<State, Derived>
-  [[nodiscard]] std::size_t max_payload_bytes(const State& st) const {
+  [[nodiscard]] std::size_t max_payload_bytes(const state& st) const {
     return sparse_payload_bytes(st.layer.size(), derived().counts(st.layer).second);
   }
 
-  template <class State>
-    requires state_of<State, Derived>
-  [[nodiscard]] std::span<std::byte> encode(State& st, std::span<const float> in, std::span<std::byte> out,
+  /// This rank's payload for `in`, written into `out` (max_payload_bytes from a multiple of 8).
+  /// Raises bellows::error when `in` or `out` does not fit.
+  [[nodiscard]] std::span<std::byte> encode(state& st, std::span<const float> in, std::span<std::byte> out,
                                             std::size_t rank = 0) const {
-    derived().fit(st);
+    fit(st);
     check_buffer(Derived::name, st.layer, in.size());
-    return derived().write(st, in, {}, {}, out, rank);
+    wire::check_storage(Derived::name, st.layer.name, out, max_payload_bytes(st));
+    write(st, in, false, out, rank);
+    return out.first(wire::header_bytes + header_back(out).body_bytes);
   }
 
-  template <class State>
-    requires state_of<State, Derived>
-  [[nodiscard]] step_status validate(const State& st, std::span<const std::byte> payload) const {
-    return read(st, payload).status;
+  /// The status of one payload: non_finite for a flagged one; raises bellows::wire_error for a
+  /// malformed one.
+  [[nodiscard]] step_status validate(const state& st, std::span<const std::byte> payload) const {
+    return validate_payload(*exec_, Derived::name, st.layer, payload, shape_of(st.layer),
+                            [&](std::span<const std::byte> host) { return read(st, host).status; });
   }
 
-  template <class State>
-    requires state_of<State, Derived>
-  [[nodiscard]] step_status decode_add(const State& st, std::span<const std::byte> payload,
+  /// Validates as validate does, and when the payload is good and finite adds its entries to
+  /// `acc` (n floats). `acc` is untouched on error or non_finite.
+  [[nodiscard]] step_status decode_add(const state& st, std::span<const std::byte> payload,
                                        std::span<float> acc) const {
     check_buffer(Derived::name, st.layer, acc.size());
-    const sparse_entries e = read(st, payload);
-    if (e.status == step_status::ok) {
-      if (wide_indices(st.layer.size()))
-        scatter_add(*exec_, acc, e.index64, e.value);
-      else
-        scatter_add(*exec_, acc, e.index32, e.value);
-    }
-    return e.status;
+    const step_status s = validate(st, payload);
+    if (s != step_status::ok) return s;
+    // a validated payload of count c has 8 c body bytes, or 12 c rounded up to 8 with 64-bit indices
+    const std::size_t body = payload.size() - wire::header_bytes;
+    add_entries(acc, payload.data() + wire::header_bytes, body / (wide_indices(st.layer.size()) ? 12 : 8));
+    return s;
   }
 
   /// When the trainer's learning rate changes from lr_old to lr_new: a feedback::scaled memory
   /// is multiplied by lr_old / lr_new, so that it stands for the same parameter update; other
   /// memories are left alone.
-  template <class State>
-    requires state_of<State, Derived>
-  void rescale(State& st, float lr_old, float lr_new) const {
+  void rescale(state& st, float lr_old, float lr_new) const {
     st.memory.rescale(*exec_, lr_old, lr_new, Derived::name);
   }
 
-  /// Checkpoint of a layer's state: its step counter and error memory.
-  template <class State>
-    requires state_of<State, Derived>
-  void save(const State& st, checkpoint_writer& out) const { save_step_record(*exec_, st.step, st.memory, out); }
-  template <class State>
-    requires state_of<State, Derived>
-  void load(State& st, checkpoint_reader& in) const {
+  /// Checkpoint of a layer's state: its step counter and error memory, the same record on every
+  /// backend (waits for the executor).
+  void save(const state& st, checkpoint_writer& out) const { save_step_record(*exec_, st.step, st.memory, out); }
+  void load(state& st, checkpoint_reader& in) const {
     load_step_record(*exec_, st.step, st.memory, in, Derived::name, Derived::name);
     st.pending_ = false;
   }
 
 protected:
-  /// Sizes the memories for `kind` on a fresh state; on a used one, checks that the kind is the
-  /// one it was made with (a state keeps its memory across compressors of other ratios).
-  void fit_memory(sparse_state& st, feedback kind) const {
-    const std::size_t n = st.layer.size();
-    if (st.memory.kind() == kind && st.memory.values().size() == (kind == feedback::none ? 0 : n)) return;
-    BELLOWS_EXPECTS(st.step == 0 && st.memory.kind() == feedback::none && st.memory.values().empty(), Derived::name,
-                    ": layer '", st.layer.name, "' has a state made with feedback ", to_string(st.memory.kind()),
-                    ", used by a compressor with feedback ", to_string(kind));
-    st.memory = error_memory(*exec_, kind, n);
-    st.staged_ = error_memory(*exec_, kind, n);
+  /// Before a step: the plan, workspace and memory fit this compressor, and the buffer and the
+  /// collective fit the layer.
+  template <class Coll>
+  void begin_step(state& st, std::size_t size, Coll& coll) const {
+    fit(st);
+    check_buffer(Derived::name, st.layer, size);
+    check_stream(Derived::name, st.layer, coll, *exec_);
   }
 
   /// The memory e and the buffer its successor goes to; both empty without feedback.
-  [[nodiscard]] static std::pair<std::span<const float>, std::span<float>> compensation(sparse_state& st) noexcept {
+  [[nodiscard]] static std::pair<std::span<const float>, std::span<float>> compensation(state& st) noexcept {
     if (!st.memory.enabled()) return {};
     return {st.memory.values(), st.staged_.values()};
   }
 
-  /// Records a step staged without a payload (its values went to an allreduce buffer).
-  static void staged_without_payload(sparse_state& st, bool finite) noexcept {
-    st.payload_bytes_ = 0;
-    st.pending_ = finite;
+  /// A step averaged by allgather: this rank's payload into its slot (selected from g + e, the
+  /// next memory staged), one allgather, every payload validated (check_payloads: a malformed one
+  /// raises the CPU validation's wire_error; on the device, the step's one wait), and when all
+  /// are good and finite, out = their average (average_payloads); then conclude.
+  template <class Coll>
+  reduce_result average_by_allgather(state& st, std::span<float> inout, Coll& coll) const {
+    const std::size_t n = st.layer.size(), rank = coll.rank();
+    const sparse_payload shape = shape_of(st.layer);
+    st.slots_.prepare(*exec_, coll.size(), max_payload_bytes(st));
+    write(st, inout, true, st.slots_.mine(rank), rank);
+    st.slots_.gather(coll, rank);
+    const step_status status = check_payloads(*exec_, st.slots_, Derived::name, st.layer, shape,
+                                              [&](std::span<const std::byte> host) { return read(st, host).status; });
+    const std::size_t kept = st.slots_.count(rank);
+    const reduce_result r{status, {sparse_payload_bytes(n, kept), kept, kept}};
+    if (status == step_status::ok) average_payloads(*exec_, st.slots_, shape, inout);
+    return conclude(st, r);
   }
 
-  /// Averages the payload `mine` of a staged step over the ranks by allgather.
-  template <class State, Collective Coll>
-  reduce_result average_by_allgather(State& st, std::span<const std::byte> mine, std::span<float> inout,
-                                     Coll& coll) const {
-    const auto average = [&]<class Index>(std::vector<cpu::sparse_view<Index>>& parts,
-                                          std::span<const Index> sparse_entries::*index) {
-      return gather_average(
-          mine, inout, coll, st.gathered_, parts,
-          [&](std::span<const std::byte> block, cpu::sparse_view<Index>& part) {
-            const sparse_entries e = read(st, block);
-            part = {e.*index, e.value};
-            return e.status;
-          },
-          [&](std::span<const cpu::sparse_view<Index>> all, std::span<float> out) {
-            st.cursors_.resize(cpu::scatter_average_cursors(all.size(), out.size()));
-            scatter_average(*exec_, out, all, std::span(st.cursors_));
-          });
+  /// acc[index[j]] += value[j] for the `count` entries of a payload body at `body`.
+  void add_entries(std::span<float> acc, const std::byte* body, std::size_t count) const {
+    const auto add = [&]<class Index>(Index) {
+      const auto [index, value] = payload_entries<Index>(body, count);
+      scatter_add(*exec_, acc, index, value);
     };
-    reduce_result r;
-    r.status = wide_indices(st.layer.size()) ? average(st.wide_, &sparse_entries::index64)
-                                             : average(st.narrow_, &sparse_entries::index32);
-    const std::uint64_t kept = header_of(mine).count;
-    r.sent = {mine.size(), kept, kept};
-    return r;
+    if (wide_indices(acc.size()))
+      add(std::uint64_t{});
+    else
+      add(std::uint32_t{});
   }
 
-  /// Ends a step: commits it if it went through everywhere, else forgets it.
-  template <class State>
-  reduce_result conclude(State& st, reduce_result r) const {
-    if (r.status == step_status::ok)
-      commit(st);
-    else
-      st.pending_ = false;
+  /// Ends a step: commits it when every rank's input proved finite, else forgets it.
+  reduce_result conclude(state& st, reduce_result r) const {
+    st.pending_ = r.status == step_status::ok;
+    if (st.pending_) commit(st);
     return r;
   }
 
@@ -388,9 +340,49 @@ protected:
 private:
   [[nodiscard]] const Derived& derived() const noexcept { return static_cast<const Derived&>(*this); }
 
-  [[nodiscard]] sparse_entries read(const sparse_state& st, std::span<const std::byte> payload) const {
+  [[nodiscard]] sparse_payload shape_of(const layer_info& layer) const {
+    const auto [least, most] = derived().counts(layer);
+    return sparse_payload_of(Derived::codec.id, layer.size(), least, most);
+  }
+
+  [[nodiscard]] sparse_entries read(const state& st, std::span<const std::byte> payload) const {
     const auto [least, most] = derived().counts(st.layer);
     return read_sparse(payload, Derived::codec, st.layer, least, most);
+  }
+
+  /// The plan and workspace of this compressor (allocating only when they change), and the
+  /// memories: sized for its feedback on a fresh state; on a used one, the kind must be the one
+  /// it was made with.
+  void fit(state& st) const {
+    const Plan plan = derived().plan_for(st.layer);
+    if (!(plan == st.plan_)) {
+      fit_workspace(*exec_, st.work_, plan);
+      st.plan_ = plan;
+    }
+    const feedback kind = derived().params().feedback;
+    const std::size_t n = st.layer.size();
+    if (st.memory.kind() == kind && st.memory.values().size() == (kind == feedback::none ? 0 : n)) return;
+    BELLOWS_EXPECTS(st.step == 0 && st.memory.kind() == feedback::none && st.memory.values().empty(), Derived::name,
+                    ": layer '", st.layer.name, "' has a state made with feedback ", to_string(st.memory.kind()),
+                    ", used by a compressor with feedback ", to_string(kind));
+    st.memory = layer_memory<Exec>(*exec_, kind, n);
+    st.staged_ = layer_memory<Exec>(*exec_, kind, n);
+  }
+
+  /// Selects from `in` (+ e, staging the next memory, when `compensate` and the state has a
+  /// memory) into the payload storage `out` and writes its header; enqueued.
+  void write(state& st, std::span<const float> in, bool compensate, std::span<std::byte> out, std::size_t rank) const {
+    const auto [e, staged] = compensate ? compensation(st) : std::pair<std::span<const float>, std::span<float>>{};
+    const auto words = derived().select(st, in, e, staged, out.subspan(wire::header_bytes), rank);
+    finish_payload(*exec_, out, shape_of(st.layer), words);
+  }
+
+  /// The header at the start of `payload`, read on the host (the device waits for its stream).
+  [[nodiscard]] wire::header header_back(std::span<const std::byte> payload) const {
+    wire::header h;
+    copy_word(*exec_, h, reinterpret_cast<const wire::header*>(payload.data()));
+    exec_->synchronize();
+    return h;
   }
 };
 
