@@ -5,7 +5,8 @@
 // same bits from decode_add, the same status from validate; a NaN or Inf input gives the CPU's
 // flagged payload, validate says non_finite and decode_add leaves its accumulator alone;
 // corrupted payloads raise wire_error with the CPU validation's very message, the accumulator
-// untouched; spans of the wrong size raise bellows::error.
+// untouched; spans of the wrong size raise bellows::error. stage and commit of top-k and rand-k
+// give the CPU's payload, memory and step.
 #include <bellows/compressors/qsgd.hpp>
 #include <bellows/compressors/qsgd.cuh>
 #include <bellows/compressors/randk.hpp>
@@ -412,5 +413,53 @@ TEST_CASE("cuda qsgd and signsgd payloads: corrupted ones raise the CPU's wire_e
     const std::vector<float> in = input_of(1, 10);
     for (const corruption& bad : header_corruptions(p.cpu.max_payload_bytes(p.cst))) check_corrupted(p, in, bad);
     check_corrupted(p, in, {{{at + 4, 0x02, 1}}, 0, 0, "unused bits of the last sign byte"});
+  }
+}
+
+namespace {
+
+/// stage and commit of one sparse compressor on both backends, for several steps and ranks:
+/// the staged payload has the CPU's bytes, commit leaves the CPU's memory and step, and input
+/// with a NaN stages the CPU's flagged payload, which neither backend lets commit.
+template <template <class> class C, class Params>
+void check_stage_commit(const Params& params, std::size_t n) {
+  bellows::cpu::executor host(1);
+  bellows::cuda::executor device;
+  C<bellows::cpu::executor> cpu(params, host);
+  C<bellows::cuda::executor> dev(params, device);
+  const bellows::layer_info layer{3, "fc.weight", bellows::shape{n}};
+  auto cpu_st = cpu.make_state(layer);
+  auto dev_st = dev.make_state(layer);
+  for (std::size_t step = 0; step < 3; ++step) {
+    const std::size_t rank = step % 2;
+    std::vector<float> x = input_of(n, 100 * step + n);
+    if (step == 2 && n > 1) x[n / 2] = std::numeric_limits<float>::quiet_NaN();
+    const device_array<float> dx(x);
+    const std::span<const std::byte> want = cpu.stage(cpu_st, x, rank);
+    const std::span<const std::byte> got = dev.stage(dev_st, dx.span(), rank);
+    REQUIRE(got.size() == want.size());
+    std::vector<std::byte> back(got.size());
+    BELLOWS_CUDA_CHECK(cudaMemcpy(back.data(), got.data(), got.size(), cudaMemcpyDeviceToHost));
+    CHECK(std::ranges::equal(back, want));
+    if (step == 2 && n > 1) {
+      CHECK_THROWS_AS(cpu.commit(cpu_st), bellows::error);
+      CHECK_THROWS_AS(dev.commit(dev_st), bellows::error);
+      continue;
+    }
+    cpu.commit(cpu_st);
+    dev.commit(dev_st);
+    CHECK(dev_st.step == cpu_st.step);
+    CHECK(bellows::testing::same_bits(bellows::test::memory_of(dev_st.memory), cpu_st.memory.values()));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda topk and randk: stage and commit give the CPU's payload, memory and step" *
+          doctest::skip(bellows::test::no_device())) {
+  for (const std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{4099}}) {
+    check_stage_commit<bellows::topk>(bellows::topk_params{.ratio = 0.05}, n);
+    check_stage_commit<bellows::topk>(bellows::topk_params{.ratio = 0.2, .mode = bellows::topk_mode::approximate}, n);
+    check_stage_commit<bellows::randk>(bellows::randk_params{.ratio = 0.05, .mode = bellows::randk_mode::per_rank}, n);
   }
 }

@@ -13,6 +13,8 @@
 // averages by allgather, as top-k does. Error feedback (residual by default: unscaled rand-k
 // keeps k / n of the gradient in expectation, and its memory carries the rest into later steps)
 // is fused into the pass that gathers the kept values: it reads g and e and writes the next e.
+// One class over the executor, on the sparse step of compressors/detail/sparse_codec.hpp; the
+// device's draw (cuda/sample.cuh, through compressors/randk.cuh) gives the CPU's indices.
 #pragma once
 
 #include <cstddef>
@@ -31,21 +33,16 @@
 namespace bellows {
 
 template <class Exec = cpu::executor>
-class randk : public detail::sparse_codec<randk<Exec>, Exec, sample_plan, sample_workspace_for<Exec>> {
-  using base = detail::sparse_codec<randk<Exec>, Exec, sample_plan, sample_workspace_for<Exec>>;
+class randk : public detail::sparse_codec<randk<Exec>, Exec, randk_method, sample_plan, sample_workspace_for<Exec>> {
+  using base = detail::sparse_codec<randk<Exec>, Exec, randk_method, sample_plan, sample_workspace_for<Exec>>;
+  using base::params_;
 
 public:
   using state = typename base::state;
 
-  static constexpr wire::codec codec = randk_method::codec;
-  static constexpr const char* name = randk_method::codec.name;
-
   /// Raises bellows::error naming a parameter out of range (randk_params::validate).
-  explicit randk(randk_params params = {}, Exec& exec = Exec::shared()) : base(exec), params_(params) {
-    params_.validate();
-  }
+  explicit randk(randk_params params = {}, Exec& exec = Exec::shared()) : base(params, exec) {}
 
-  [[nodiscard]] const randk_params& params() const noexcept { return params_; }
   /// Shared mode: one allreduce of the k values and the verdict; per rank: one allgather of
   /// this rank's payload of k entries.
   [[nodiscard]] exchange_rounds rounds(const state& st, std::size_t /*ranks*/) const {
@@ -108,8 +105,6 @@ private:
                             : 1.0f;
     return draw_into_payload(*this->exec_, st.plan_, draw, st.work_, g, e, staged, body, scale);
   }
-
-  randk_params params_;
 };
 
 static_assert(Compressor<randk<>, archetypes::collective>, "randk must model Compressor");

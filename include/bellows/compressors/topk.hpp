@@ -5,10 +5,13 @@
 // error memory, e = m with zeros at the kept indices. The output, on every rank, is the average
 // over ranks of the scattered payloads.
 //
-// One step reads g and e once: the selection pass (cpu/select.hpp) forms m, writes the next
-// memory into a second buffer and compacts the candidates; the exact selection among them fills
-// the payload. The second buffer becomes the memory only once the exchange has shown every
-// rank's input finite, so a non-finite step changes nothing.
+// One class over the executor, on the sparse step of compressors/detail/sparse_codec.hpp; the
+// device's selection (cuda/select.cuh, through compressors/topk.cuh) keeps the CPU's set, so both
+// backends give the same bits. On the CPU one step reads g and e once: the selection pass
+// (cpu/select.hpp) forms m, writes the next memory into a second buffer and compacts the
+// candidates; the exact selection among them fills the payload. The second buffer becomes the
+// memory only once the exchange has shown every rank's input finite, so a non-finite step
+// changes nothing.
 //
 //   bellows::topk<> c({.ratio = 0.01});                     // residual error feedback by default
 //   auto st = c.make_state({0, "fc1.weight", bellows::shape{512, 784}});
@@ -31,21 +34,16 @@
 namespace bellows {
 
 template <class Exec = cpu::executor>
-class topk : public detail::sparse_codec<topk<Exec>, Exec, select_plan, select_workspace_for<Exec>> {
-  using base = detail::sparse_codec<topk<Exec>, Exec, select_plan, select_workspace_for<Exec>>;
+class topk : public detail::sparse_codec<topk<Exec>, Exec, topk_method, select_plan, select_workspace_for<Exec>> {
+  using base = detail::sparse_codec<topk<Exec>, Exec, topk_method, select_plan, select_workspace_for<Exec>>;
+  using base::params_;
 
 public:
   using state = typename base::state;
 
-  static constexpr wire::codec codec = topk_method::codec;
-  static constexpr const char* name = topk_method::codec.name;
-
   /// Raises bellows::error naming a parameter out of range (topk_params::validate).
-  explicit topk(topk_params params = {}, Exec& exec = Exec::shared()) : base(exec), params_(params) {
-    params_.validate();
-  }
+  explicit topk(topk_params params = {}, Exec& exec = Exec::shared()) : base(params, exec) {}
 
-  [[nodiscard]] const topk_params& params() const noexcept { return params_; }
   /// One allgather of this rank's payload (k entries; in approximate mode up to topk_most of
   /// them), or, where the dense switch finds it cheaper over `ranks`, one allreduce of n + 1 floats.
   [[nodiscard]] exchange_rounds rounds(const state& st, std::size_t ranks) const {
@@ -115,8 +113,6 @@ private:
               std::span<std::byte> body, std::size_t rank) const {
     return select_into_payload(*this->exec_, st.plan_, sample_key(st, rank), g, e, staged, st.work_, body);
   }
-
-  topk_params params_;
 };
 
 static_assert(Compressor<topk<>, archetypes::collective>, "topk must model Compressor");

@@ -46,8 +46,12 @@ public:
   template <class Index>
   [[nodiscard]] std::span<const sparse_view<Index>> entries(std::size_t n) {
     std::vector<sparse_view<Index>>& views = [&]() -> auto& {
-      if constexpr (sizeof(Index) == 4) return parts_storage(); else return wide_;
-    }();
+      if constexpr (sizeof(Index) == 4)
+        return parts_storage();
+      else
+        return wide_;
+    }
+    ();
     views.resize(ranks());
     for (std::size_t r = 0; r < ranks(); ++r) {
       const auto [index, value] = payload_entries<Index>(block(r).data() + wire::header_bytes, count(r));

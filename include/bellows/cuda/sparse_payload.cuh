@@ -63,7 +63,8 @@ inline sparse_words<std::uint32_t> select_into_payload(executor& exec, const sel
                                                        std::span<const float> e, std::span<float> staged,
                                                        select_workspace& /*held*/, std::span<std::byte> body) {
   select_workspace ws(plan, exec.workspace());
-  select_top(exec, plan, draw, g, e, staged, ws, {payload_entries<std::uint32_t>(body.data(), plan.max_count).first, {}});
+  select_top(exec, plan, draw, g, e, staged, ws,
+             {payload_entries<std::uint32_t>(body.data(), plan.max_count).first, {}});
   return {ws.non_finite, ws.selected};
 }
 
@@ -120,15 +121,13 @@ template <class Check>
 [[nodiscard]] step_status validate_payload(executor& exec, std::string_view who, const layer_info& layer,
                                            std::span<const std::byte> payload, const sparse_payload& shape,
                                            Check&& check) {
-  const std::size_t entries = payload.size() > wire::header_bytes
-                                  ? (payload.size() - wire::header_bytes) / detail::sparse_body_bytes(1)
-                                  : 0;
+  const std::size_t entries =
+      payload.size() > wire::header_bytes ? (payload.size() - wire::header_bytes) / detail::sparse_body_bytes(1) : 0;
   const std::size_t count = std::clamp(entries, shape.least, shape.most);
   return validate_device_payload(
       who, layer, exec, payload, sparse_payload_bytes(shape.header.n, count), wire::header_bytes,
       [&](const payload_words& words) {
-        detail::check_sparse(exec, payload.data(), payload.size(), 1, shape, count, count, words.verdicts,
-                             words.count);
+        detail::check_sparse(exec, payload.data(), payload.size(), 1, shape, count, count, words.verdicts, words.count);
       },
       [&](std::span<const std::byte> host) { return check(host); });
 }

@@ -12,6 +12,10 @@
 // and verdict words of a call on one payload (encode, validate, decode_add), made from the
 // executor: `words::reserve(exec)` at make_state, `words w(exec)` per call, with w.non_finite zero.
 // scaled_payload_of says where the parts of such a payload lie, for every backend.
+// The sparse codecs (compressors/detail/sparse_codec.hpp) use payload_slots_for<Exec,
+// sparse_payload>: on the CPU cpu::sparse_slots (cpu/sparse_payload.hpp), which sends each
+// payload at its length; on the device the same slots as the others. Both then tell count(r),
+// the entries of rank r's gathered payload (after check_payloads, on the device).
 #pragma once
 
 #include <cstddef>

@@ -152,14 +152,15 @@ struct sparse_entries {
 }
 
 /// What top-k and rand-k share beyond their selection, written once over the executor: the
-/// layer's state, make_state, the step averaged by allgather, stage and commit, PayloadCodec,
-/// rescale and checkpoints. Plan is the selection's plan (select_plan, sample_plan) and
-/// Workspace the backend's workspace for it. Derived (a friend of the state) provides `codec`
-/// (its wire::codec), `name`, params() (with `feedback`), counts(layer) -> {least, most} entries
-/// of its payloads, plan_for(layer) -> Plan (validating its parameters for the layer), and
-/// select(st, g, e, staged, body, rank) -> sparse_words, which enqueues the selection (from
-/// g + e, writing the residual into `staged`, when `e` is not empty) into a payload's body.
-template <class Derived, class Exec, class Plan, class Workspace>
+/// parameters, the layer's state, make_state, the step averaged by allgather, stage and commit,
+/// PayloadCodec, rescale and checkpoints. Method is the compressor's descriptor (topk_method,
+/// randk_method: its codec and parameters), Plan the selection's plan (select_plan, sample_plan)
+/// and Workspace the backend's workspace for it. Derived (a friend of the state) provides
+/// counts(layer) -> {least, most} entries of its payloads, plan_for(layer) -> Plan (validating
+/// its parameters for the layer), and select(st, g, e, staged, body, rank) -> sparse_words,
+/// which enqueues the selection (from g + e, writing the residual into `staged`, when `e` is not
+/// empty) into a payload's body.
+template <class Derived, class Exec, class Method, class Plan, class Workspace>
 class sparse_codec {
   static_assert(Executor<Exec>, "sparse_codec<Exec>: Exec must model Executor");
   using slots_type = payload_slots_for<Exec, sparse_payload>;
@@ -189,7 +190,14 @@ public:
     bool pending_ = false;         ///< a step was staged with finite input and not yet committed
   };
 
-  explicit sparse_codec(Exec& exec) : exec_(&exec) {}
+  using params_type = typename Method::params;
+  static constexpr wire::codec codec = Method::codec;
+  static constexpr const char* name = Method::codec.name;
+
+  /// Raises bellows::error naming a parameter out of range (params_type::validate).
+  explicit sparse_codec(const params_type& params, Exec& exec) : params_(params), exec_(&exec) { params_.validate(); }
+
+  [[nodiscard]] const params_type& params() const noexcept { return params_; }
 
   /// A state for the layer, its memory and workspace sized (on the device, the executor's
   /// workspace reserved: raises bellows::error for a layer the device does not take).
@@ -205,12 +213,12 @@ public:
 
   /// The first half of a step, for a trainer that exchanges payloads itself: selects from
   /// m = grad + e, writes the next error memory aside, and returns this rank's payload (held by
-  /// the state until the next stage). Changes neither the memory nor the step counter. Once
+  /// the state until its next stage or step). Changes neither the memory nor the step counter. Once
   /// every rank's payload validated without non_finite, call commit. The device waits for its
   /// stream once, for the payload's length.
   std::span<const std::byte> stage(state& st, std::span<const float> grad, std::size_t rank = 0) const {
     fit(st);
-    check_buffer(Derived::name, st.layer, grad.size());
+    check_buffer(name, st.layer, grad.size());
     st.slots_.prepare(*exec_, 1, max_payload_bytes(st));
     const std::span<std::byte> payload = st.slots_.mine(0);
     write(st, grad, true, payload, rank);
@@ -221,8 +229,7 @@ public:
 
   /// The second half: the staged memory becomes current and the step counter advances.
   void commit(state& st) const {
-    BELLOWS_EXPECTS(st.pending_, Derived::name, ": layer '", st.layer.name,
-                    "' has no staged step with finite input to commit");
+    BELLOWS_EXPECTS(st.pending_, name, ": layer '", st.layer.name, "' has no staged step with finite input to commit");
     std::swap(st.memory, st.staged_);
     ++st.step;
     st.pending_ = false;
@@ -240,8 +247,8 @@ public:
   [[nodiscard]] std::span<std::byte> encode(state& st, std::span<const float> in, std::span<std::byte> out,
                                             std::size_t rank = 0) const {
     fit(st);
-    check_buffer(Derived::name, st.layer, in.size());
-    wire::check_storage(Derived::name, st.layer.name, out, max_payload_bytes(st));
+    check_buffer(name, st.layer, in.size());
+    wire::check_storage(name, st.layer.name, out, max_payload_bytes(st));
     write(st, in, false, out, rank);
     return out.first(wire::header_bytes + header_back(out).body_bytes);
   }
@@ -249,7 +256,7 @@ public:
   /// The status of one payload: non_finite for a flagged one; raises bellows::wire_error for a
   /// malformed one.
   [[nodiscard]] step_status validate(const state& st, std::span<const std::byte> payload) const {
-    return validate_payload(*exec_, Derived::name, st.layer, payload, shape_of(st.layer),
+    return validate_payload(*exec_, name, st.layer, payload, shape_of(st.layer),
                             [&](std::span<const std::byte> host) { return read(st, host).status; });
   }
 
@@ -257,7 +264,7 @@ public:
   /// `acc` (n floats). `acc` is untouched on error or non_finite.
   [[nodiscard]] step_status decode_add(const state& st, std::span<const std::byte> payload,
                                        std::span<float> acc) const {
-    check_buffer(Derived::name, st.layer, acc.size());
+    check_buffer(name, st.layer, acc.size());
     const step_status s = validate(st, payload);
     if (s != step_status::ok) return s;
     // a validated payload of count c has 8 c body bytes, or 12 c rounded up to 8 with 64-bit indices
@@ -269,15 +276,13 @@ public:
   /// When the trainer's learning rate changes from lr_old to lr_new: a feedback::scaled memory
   /// is multiplied by lr_old / lr_new, so that it stands for the same parameter update; other
   /// memories are left alone.
-  void rescale(state& st, float lr_old, float lr_new) const {
-    st.memory.rescale(*exec_, lr_old, lr_new, Derived::name);
-  }
+  void rescale(state& st, float lr_old, float lr_new) const { st.memory.rescale(*exec_, lr_old, lr_new, name); }
 
   /// Checkpoint of a layer's state: its step counter and error memory, the same record on every
   /// backend (waits for the executor).
   void save(const state& st, checkpoint_writer& out) const { save_step_record(*exec_, st.step, st.memory, out); }
   void load(state& st, checkpoint_reader& in) const {
-    load_step_record(*exec_, st.step, st.memory, in, Derived::name, Derived::name);
+    load_step_record(*exec_, st.step, st.memory, in, name, name);
     st.pending_ = false;
   }
 
@@ -287,8 +292,8 @@ protected:
   template <class Coll>
   void begin_step(state& st, std::size_t size, Coll& coll) const {
     fit(st);
-    check_buffer(Derived::name, st.layer, size);
-    check_stream(Derived::name, st.layer, coll, *exec_);
+    check_buffer(name, st.layer, size);
+    check_stream(name, st.layer, coll, *exec_);
   }
 
   /// The memory e and the buffer its successor goes to; both empty without feedback.
@@ -308,7 +313,7 @@ protected:
     st.slots_.prepare(*exec_, coll.size(), max_payload_bytes(st));
     write(st, inout, true, st.slots_.mine(rank), rank);
     st.slots_.gather(coll, rank);
-    const step_status status = check_payloads(*exec_, st.slots_, Derived::name, st.layer, shape,
+    const step_status status = check_payloads(*exec_, st.slots_, name, st.layer, shape,
                                               [&](std::span<const std::byte> host) { return read(st, host).status; });
     const std::size_t kept = st.slots_.count(rank);
     const reduce_result r{status, {sparse_payload_bytes(n, kept), kept, kept}};
@@ -335,6 +340,7 @@ protected:
     return r;
   }
 
+  params_type params_;
   Exec* exec_;
 
 private:
@@ -342,12 +348,12 @@ private:
 
   [[nodiscard]] sparse_payload shape_of(const layer_info& layer) const {
     const auto [least, most] = derived().counts(layer);
-    return sparse_payload_of(Derived::codec.id, layer.size(), least, most);
+    return sparse_payload_of(codec.id, layer.size(), least, most);
   }
 
   [[nodiscard]] sparse_entries read(const state& st, std::span<const std::byte> payload) const {
     const auto [least, most] = derived().counts(st.layer);
-    return read_sparse(payload, Derived::codec, st.layer, least, most);
+    return read_sparse(payload, codec, st.layer, least, most);
   }
 
   /// The plan and workspace of this compressor (allocating only when they change), and the
@@ -359,11 +365,11 @@ private:
       fit_workspace(*exec_, st.work_, plan);
       st.plan_ = plan;
     }
-    const feedback kind = derived().params().feedback;
+    const feedback kind = params_.feedback;
     const std::size_t n = st.layer.size();
     if (st.memory.kind() == kind && st.memory.values().size() == (kind == feedback::none ? 0 : n)) return;
-    BELLOWS_EXPECTS(st.step == 0 && st.memory.kind() == feedback::none && st.memory.values().empty(), Derived::name,
-                    ": layer '", st.layer.name, "' has a state made with feedback ", to_string(st.memory.kind()),
+    BELLOWS_EXPECTS(st.step == 0 && st.memory.kind() == feedback::none && st.memory.values().empty(), name, ": layer '",
+                    st.layer.name, "' has a state made with feedback ", to_string(st.memory.kind()),
                     ", used by a compressor with feedback ", to_string(kind));
     st.memory = layer_memory<Exec>(*exec_, kind, n);
     st.staged_ = layer_memory<Exec>(*exec_, kind, n);
