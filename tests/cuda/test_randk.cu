@@ -107,3 +107,11 @@ TEST_CASE("cuda randk: checkpoints cross backends" * doctest::skip(bellows::test
   bellows::test::check_checkpoints<bellows::randk>(
       c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });
 }
+
+TEST_CASE("cuda randk: make_state refuses a layer of 2^32 elements, which the device does not draw from" *
+          doctest::skip(bellows::test::no_device())) {
+  bellows::cuda::executor exec;
+  const bellows::randk<bellows::cuda::executor> c({.ratio = 0.01, .feedback = bellows::feedback::none}, exec);
+  CHECK_THROWS_WITH_AS((void)c.make_state({0, "embedding", bellows::shape{std::size_t{1} << 32}}),
+                       doctest::Contains("fewer than 2^32"), bellows::error);
+}

@@ -126,3 +126,12 @@ TEST_CASE("cuda topk: checkpoints cross backends" * doctest::skip(bellows::test:
   bellows::test::check_checkpoints<bellows::topk>(
       c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });
 }
+
+TEST_CASE("cuda topk: make_state refuses a layer of 2^31 elements, which the device does not select from" *
+          doctest::skip(bellows::test::no_device())) {
+  bellows::cuda::executor exec;
+  const bellows::topk<bellows::cuda::executor> c({.ratio = 0.01, .feedback = bellows::feedback::none}, exec);
+  CHECK_THROWS_WITH_AS((void)c.make_state({0, "embedding", bellows::shape{std::size_t{1} << 31}}),
+                       doctest::Contains("fewer than 2^31"), bellows::error);
+  CHECK(c.make_state({0, "embedding", bellows::shape{(std::size_t{1} << 31) - 1}}).k() == 21474837);
+}
