@@ -45,13 +45,7 @@ public:
   /// scatter_average needs for n elements (no allocation once the slots have held as many ranks).
   template <class Index>
   [[nodiscard]] std::span<const sparse_view<Index>> entries(std::size_t n) {
-    std::vector<sparse_view<Index>>& views = [&]() -> auto& {
-      if constexpr (sizeof(Index) == 4)
-        return parts_storage();
-      else
-        return wide_;
-    }
-    ();
+    std::vector<sparse_view<Index>>& views = views_of<Index>();
     views.resize(ranks());
     for (std::size_t r = 0; r < ranks(); ++r) {
       const auto [index, value] = payload_entries<Index>(block(r).data() + wire::header_bytes, count(r));
@@ -63,6 +57,14 @@ public:
   [[nodiscard]] std::span<std::size_t> cursors() noexcept { return cursors_; }
 
 private:
+  /// The views of 32-bit payloads live in the base's parts, those of 64-bit ones here.
+  template <class Index>
+  [[nodiscard]] std::vector<sparse_view<Index>>& views_of() noexcept {
+    if constexpr (sizeof(Index) == 4)
+      return parts_storage();
+    else
+      return wide_;
+  }
   [[nodiscard]] static wire::header header(std::span<const std::byte> payload) noexcept {
     wire::header h;
     std::memcpy(static_cast<void*>(&h), payload.data(), sizeof h);
