@@ -65,7 +65,8 @@ public:
     const std::span<std::byte> body = st.slots_.mine(0).subspan(wire::header_bytes);
     const auto [memory, staged] = this->compensation(st);
     const auto words = select(st, inout, memory, staged, body, coll.rank());
-    const std::span<float> values(reinterpret_cast<float*>(body.data() + (wide_indices(n) ? 8 : 4) * k), k + 1);
+    // the k values right after the k indices, then the flag
+    const std::span<float> values(reinterpret_cast<float*>(body.data() + (entry_bytes(n) - sizeof(float)) * k), k + 1);
     flag_to_float(exec, words.non_finite, values.data() + k);
     coll.allreduce_sum(values);
     float flag = 0.0f;

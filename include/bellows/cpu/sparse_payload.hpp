@@ -144,7 +144,7 @@ inline void finish_payload(executor& /*exec*/, std::span<std::byte> payload, con
   const std::size_t bytes = sparse_payload_bytes(h.n, h.count);
   h.body_bytes = bytes - wire::header_bytes;
   std::memcpy(payload.data(), &h, wire::header_bytes);
-  const std::size_t end = wire::header_bytes + (wide_indices(h.n) ? 12 : 8) * h.count;
+  const std::size_t end = wire::header_bytes + entry_bytes(h.n) * h.count;
   std::memset(payload.data() + end, 0, bytes - end);
 }
 

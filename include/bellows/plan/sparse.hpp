@@ -34,6 +34,9 @@ inline constexpr std::uint32_t non_finite_key = 0x7F800000u;
 /// Sparse payloads carry 64-bit indices for layers of 2^32 elements or more.
 [[nodiscard]] constexpr bool wide_indices(std::uint64_t n) noexcept { return (n >> 32) != 0; }
 
+/// The bytes of one entry of a sparse payload for a layer of n elements: its index, then its value.
+[[nodiscard]] constexpr std::size_t entry_bytes(std::uint64_t n) noexcept { return (wide_indices(n) ? 8 : 4) + 4; }
+
 /// Bytes of a sparse payload of `count` entries for a layer of n elements; bellows::error when
 /// that does not fit std::size_t.
 [[nodiscard]] constexpr std::size_t sparse_payload_bytes(std::uint64_t n, std::size_t count) {

@@ -66,7 +66,7 @@ namespace bellows::detail {
 /// W * most * (index + value bytes) >= 4 n, with `most` the entries a payload may hold.
 /// Saturating: a product past std::size_t exceeds 4 n as well.
 [[nodiscard]] inline bool dense_is_cheaper(std::size_t n, std::size_t ranks, std::size_t most) noexcept {
-  const std::size_t entry = (wide_indices(n) ? 8 : 4) + sizeof(float);
+  const std::size_t entry = entry_bytes(n);
   return saturating_mul(saturating_mul(ranks, most), entry) >= saturating_mul(4, n);
 }
 
@@ -267,9 +267,9 @@ public:
     check_buffer(name, st.layer, acc.size());
     const step_status s = validate(st, payload);
     if (s != step_status::ok) return s;
-    // a validated payload of count c has 8 c body bytes, or 12 c rounded up to 8 with 64-bit indices
+    // a validated payload of count c has c entries in its body, padded by less than one entry
     const std::size_t body = payload.size() - wire::header_bytes;
-    add_entries(acc, payload.data() + wire::header_bytes, body / (wide_indices(st.layer.size()) ? 12 : 8));
+    add_entries(acc, payload.data() + wire::header_bytes, body / entry_bytes(st.layer.size()));
     return s;
   }
 
