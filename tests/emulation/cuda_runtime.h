@@ -195,6 +195,15 @@ inline cudaError_t cudaFree(void* p) {
   std::free(base);
   return cudaSuccess;
 }
+/// Pinned host memory: plain host memory here, which every copy reaches at once.
+inline cudaError_t cudaMallocHost(void** p, std::size_t bytes) {
+  *p = std::malloc(std::max<std::size_t>(bytes, 1));
+  return *p != nullptr ? cudaSuccess : bellows_emulation::fail(cudaErrorMemoryAllocation);
+}
+inline cudaError_t cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
 /// Where p points: Device (on the device current at its allocation) inside a live cudaMalloc
 /// block, Unregistered anywhere else, as CUDA says of plain host memory. Nothing here is Host
 /// (pinned) or Managed memory.

@@ -109,6 +109,11 @@ inline void fill(executor& exec, std::span<float> x, float value) {
                   [&](std::size_t lo, std::size_t hi) { std::fill(x.data() + lo, x.data() + hi, value); });
 }
 
+/// As fill(exec, x, value), unless *skip (a float the step wrote before) is not 0.
+inline void fill(executor& exec, std::span<float> x, float value, const float* skip) {
+  if (*skip == 0.0f) fill(exec, x, value);
+}
+
 /// x[i] = x[i] / d for every element (division, not multiplication by 1/d, as docs/spec.md#averages asks).
 inline void divide(executor& exec, std::span<float> x, float d) {
   exec.for_chunks(x.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
@@ -122,7 +127,7 @@ inline void divide(executor& exec, std::span<float> out, std::span<const float> 
   BELLOWS_EXPECTS(out.size() == x.size(), "divide: lengths differ, ", out.size(), " and ", x.size());
   exec.for_chunks(out.size(), elementwise_chunk, [&](std::size_t lo, std::size_t hi) {
     if (d == 1.0f) {
-      std::copy(x.data() + lo, x.data() + hi, out.data() + lo);
+      if (out.data() != x.data()) std::copy(x.data() + lo, x.data() + hi, out.data() + lo);
       return;
     }
     std::size_t i = lo;
@@ -132,6 +137,12 @@ inline void divide(executor& exec, std::span<float> out, std::span<const float> 
 #endif
     for (; i < hi; ++i) out[i] = x[i] / d;
   });
+}
+
+/// As divide(exec, out, x, d), unless *skip (a float the step wrote before, such as a summed
+/// verdict) is not 0: then out is left as it is. The phases of a step gate their last writes so.
+inline void divide(executor& exec, std::span<float> out, std::span<const float> x, float d, const float* skip) {
+  if (*skip == 0.0f) divide(exec, out, x, d);
 }
 
 /// x[i] = x[i] * s for every element.

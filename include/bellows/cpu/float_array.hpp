@@ -48,6 +48,20 @@ private:
   std::vector<float> values_;
 };
 
+/// n values on the host that copy_word delivers into (plan/float_array.hpp), value-initialised.
+template <class T>
+class host_values {
+public:
+  host_values() = default;
+  host_values(executor& /*exec*/, std::size_t n) : values_(n) {}
+  [[nodiscard]] T& operator[](std::size_t i) noexcept { return values_[i]; }
+  [[nodiscard]] const T& operator[](std::size_t i) const noexcept { return values_[i]; }
+  [[nodiscard]] std::size_t size() const noexcept { return values_.size(); }
+
+private:
+  std::vector<T> values_;
+};
+
 /// *out = sqrt(x_0^2 + x_1^2 + ...) / divisor, rounded to float, or 0 when divisor is 0: the
 /// squares summed in double in index order, the order cuda::mean_norm keeps, so that both
 /// backends get the same bits (each square of a float is exact in double, so a fused
@@ -75,6 +89,10 @@ namespace bellows {
 template <>
 struct float_array_of<cpu::executor> {
   using type = cpu::float_array;
+};
+template <class T>
+struct host_values_of<cpu::executor, T> {
+  using type = cpu::host_values<T>;
 };
 static_assert(Executor<cpu::executor>, "cpu::executor must model Executor");
 }  // namespace bellows

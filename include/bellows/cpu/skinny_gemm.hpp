@@ -284,12 +284,14 @@ inline void project_cols(executor& exec, const compensated_matrix& M, std::span<
 }
 
 /// The decompression of PowerSGD fused with its error update, in one pass over g and e:
-/// out = p q^T (r >= 1 columns each), then e = (g + e) - out when e is not empty, and g = out.
+/// out = p q^T (r >= 1 columns each), then e = (g + e) - out when e is not empty, and g = out;
+/// nothing when `skip` points to a float that is not 0 (a step's verdict).
 inline void reconstruct_update(executor& exec, std::span<float> g, std::span<float> e, std::size_t rows,
-                               std::size_t cols, std::span<const float> p, std::span<const float> q) {
+                               std::size_t cols, std::span<const float> p, std::span<const float> q,
+                               const float* skip = nullptr) {
   const compensated_matrix M{g, e, rows, cols};
   const std::size_t rank = bellows::detail::checked_rank("reconstruct_update", M, p.size(), q.size(), false);
-  if (rows == 0 || cols == 0) return;
+  if (rows == 0 || cols == 0 || (skip != nullptr && *skip != 0.0f)) return;
   BELLOWS_EXPECTS(rank >= 1, "reconstruct_update: rank must be >= 1");
   exec.for_chunks(rows, detail::rows_per_task(cols), [&](std::size_t lo, std::size_t hi) {
     run_widest([&] {

@@ -106,11 +106,14 @@ inline bool any_non_finite(const float* x, std::size_t len) noexcept {
 
 }  // namespace detail
 
-/// acc[index[j]] += value[j] for ascending, distinct indices below acc.size().
+/// acc[index[j]] += value[j] for ascending, distinct indices below acc.size(); nothing when
+/// `skip` points to a float that is not 0 (a step's verdict).
 template <class Index>
-void scatter_add(executor& exec, std::span<float> acc, std::span<const Index> index, std::span<const float> value) {
+void scatter_add(executor& exec, std::span<float> acc, std::span<const Index> index, std::span<const float> value,
+                 const float* skip = nullptr) {
   BELLOWS_EXPECTS(value.size() == index.size(), "scatter_add: ", index.size(), " indices but ", value.size(),
                   " values");
+  if (skip != nullptr && *skip != 0.0f) return;
   exec.for_chunks(index.size(), sparse_chunk, [&](std::size_t lo, std::size_t hi) {
     for (std::size_t j = lo; j < hi; ++j) acc[static_cast<std::size_t>(index[j])] += value[j];
   });

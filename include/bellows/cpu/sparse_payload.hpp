@@ -169,6 +169,10 @@ struct payload_slots_of<cpu::executor, sparse_payload> {
   using type = cpu::sparse_slots;
 };
 template <>
+struct sparse_count_of<cpu::executor> {
+  using type = std::uint64_t;
+};
+template <>
 struct select_workspace_of<cpu::executor> {
   using type = cpu::select_workspace;
 };

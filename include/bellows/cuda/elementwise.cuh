@@ -25,9 +25,10 @@ inline constexpr unsigned elementwise_threads = 256;
 /// True for NaN and +-Inf (an exponent field of all ones).
 __device__ inline bool non_finite(float x) noexcept { return (__float_as_uint(x) & 0x7F800000u) == 0x7F800000u; }
 
-/// out[i] = op(i) over a grid-stride loop.
+/// out[i] = op(i) over a grid-stride loop, unless `skip` points to a float that is not 0.
 template <class Op>
-__global__ void map_kernel(float* out, std::size_t n, Op op) {
+__global__ void map_kernel(float* out, std::size_t n, Op op, const float* skip) {
+  if (skip != nullptr && *skip != 0.0f) return;
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x)
     out[i] = op(i);
@@ -40,9 +41,10 @@ __global__ void map_kernel(float* out, std::size_t n, Op op) {
 }
 
 template <class Op>
-void map(executor& exec, std::span<float> out, Op op) {
+void map(executor& exec, std::span<float> out, Op op, const float* skip = nullptr) {
   if (out.empty()) return;
-  launch(&map_kernel<Op>, stride_blocks(out.size()), elementwise_threads, exec.stream(), out.data(), out.size(), op);
+  launch(&map_kernel<Op>, stride_blocks(out.size()), elementwise_threads, exec.stream(), out.data(), out.size(), op,
+         skip);
 }
 
 struct constant_op {
@@ -124,6 +126,11 @@ inline void flag_to_float(executor& exec, const unsigned* flag, float* out) {
 /// x[i] = value.
 inline void fill(executor& exec, std::span<float> x, float value) { detail::map(exec, x, detail::constant_op{value}); }
 
+/// As fill(exec, x, value), unless *skip (device memory) is not 0, read on the device.
+inline void fill(executor& exec, std::span<float> x, float value, const float* skip) {
+  detail::map(exec, x, detail::constant_op{value}, skip);
+}
+
 /// x[i] = x[i] / d (division, as docs/spec.md#averages fixes it).
 inline void divide(executor& exec, std::span<float> x, float d) {
   detail::map(exec, x, detail::quotient_op{x.data(), d});
@@ -133,6 +140,13 @@ inline void divide(executor& exec, std::span<float> x, float d) {
 inline void divide(executor& exec, std::span<float> out, std::span<const float> x, float d) {
   detail::same_lengths("divide", out.size(), x.size());
   detail::map(exec, out, detail::quotient_op{x.data(), d});
+}
+
+/// As divide(exec, out, x, d), unless *skip (device memory) is not 0: read on the device, so
+/// that a step's verdict gates its last writes without a wait.
+inline void divide(executor& exec, std::span<float> out, std::span<const float> x, float d, const float* skip) {
+  detail::same_lengths("divide", out.size(), x.size());
+  detail::map(exec, out, detail::quotient_op{x.data(), d}, skip);
 }
 
 /// x[i] = x[i] * s.

@@ -6,9 +6,11 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "bellows/concepts.hpp"
@@ -78,6 +80,35 @@ private:
   device_buffer<float> values_;
 };
 
+/// n values in pinned host memory that copy_word delivers into without a wait
+/// (plan/float_array.hpp), value-initialised. Allocated once per layer state (cudaMallocHost is
+/// slow: not for a step). T is trivially copyable.
+template <class T>
+class host_values {
+public:
+  host_values() = default;
+  host_values(executor& /*exec*/, std::size_t n) : n_(n) {
+    if (n == 0) return;
+    BELLOWS_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p_), n * sizeof(T)));
+    std::fill(p_, p_ + n, T{});
+  }
+  host_values(host_values&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  host_values& operator=(host_values&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~host_values() { (void)cudaFreeHost(p_); }  // a destructor cannot throw
+
+  [[nodiscard]] T& operator[](std::size_t i) noexcept { return p_[i]; }
+  [[nodiscard]] const T& operator[](std::size_t i) const noexcept { return p_[i]; }
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+
+private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
 /// *out (device memory) = cpu::mean_norm of x (device memory), enqueued: one thread walks x in
 /// order, so it takes about n dependent double additions; meant for Accordion's checks and the
 /// Synchronizer's optional norms, not for every step of a large layer.
@@ -98,6 +129,10 @@ namespace bellows {
 template <>
 struct float_array_of<cuda::executor> {
   using type = cuda::float_array;
+};
+template <class T>
+struct host_values_of<cuda::executor, T> {
+  using type = cuda::host_values<T>;
 };
 static_assert(Executor<cuda::executor>, "cuda::executor must model Executor");
 }  // namespace bellows

@@ -243,7 +243,8 @@ template <unsigned K, unsigned V>
 __global__ void __launch_bounds__(skinny_threads)
     reconstruct_kernel(float* __restrict__ g, float* __restrict__ e, std::size_t n, std::size_t m,
                        const float* __restrict__ p, const float* __restrict__ q, std::size_t rank, unsigned tx,
-                       std::size_t col_tiles) {
+                       std::size_t col_tiles, const float* skip) {
+  if (skip != nullptr && *skip != 0.0f) return;
   const unsigned lane = threadIdx.x % tx, y = threadIdx.x / tx, ty = skinny_threads / tx;
   const std::size_t c = (blockIdx.x % col_tiles) * tx + lane;
   if (c >= m / V) return;
@@ -404,9 +405,11 @@ inline void project_cols(executor& exec, const compensated_matrix& M, std::span<
 }
 
 /// cpu::reconstruct_update on the device, in one pass over g and e: out = p q^T (r >= 1
-/// columns each), then e = (g + e) - out when e is not empty, and g = out.
+/// columns each), then e = (g + e) - out when e is not empty, and g = out; nothing when `skip`
+/// points to a float (device memory) that is not 0, read by the kernel.
 inline void reconstruct_update(executor& exec, std::span<float> g, std::span<float> e, std::size_t rows,
-                               std::size_t cols, std::span<const float> p, std::span<const float> q) {
+                               std::size_t cols, std::span<const float> p, std::span<const float> q,
+                               const float* skip = nullptr) {
   const compensated_matrix M{g, e, rows, cols};
   const std::size_t rank = bellows::detail::checked_rank("cuda::reconstruct_update", M, p.size(), q.size(), false);
   if (rows == 0 || cols == 0) return;
@@ -420,7 +423,7 @@ inline void reconstruct_update(executor& exec, std::span<float> g, std::span<flo
       detail::grid_of("cuda::reconstruct_update", col_tiles * ((rows + rows_per_block - 1) / rows_per_block));
   const auto run = [&](auto K, auto V) {
     detail::launch(&detail::reconstruct_kernel<decltype(K)::value, decltype(V)::value>, blocks, detail::skinny_threads,
-                   exec.stream(), g.data(), e_data, rows, cols, p.data(), q.data(), rank, tx, col_tiles);
+                   exec.stream(), g.data(), e_data, rows, cols, p.data(), q.data(), rank, tx, col_tiles, skip);
   };
   if (rank <= detail::skinny_rank_block)
     detail::with_rank_and_width(rank, v, run);

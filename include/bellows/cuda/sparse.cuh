@@ -84,10 +84,12 @@ __global__ void check_sparse_payloads_kernel(const std::byte* slots, std::size_t
   }
 }
 
-/// Entries j < count, or < *used when `used` is not null.
+/// Entries j < count, or < *used when `used` is not null; none when `skip` points to a float
+/// that is not 0.
 template <class Index>
 __global__ void scatter_kernel(float* out, const Index* index, const float* value, std::size_t count,
-                               const std::uint32_t* used, bool add) {
+                               const std::uint32_t* used, bool add, const float* skip) {
+  if (skip != nullptr && *skip != 0.0f) return;
   if (used != nullptr) count = min(count, std::size_t{*used});
   for (std::size_t j = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; j < count;
        j += std::size_t{gridDim.x} * blockDim.x)
@@ -96,13 +98,13 @@ __global__ void scatter_kernel(float* out, const Index* index, const float* valu
 
 template <class Index>
 void scatter(executor& exec, std::span<float> out, std::span<const Index> index, std::span<const float> value,
-             const std::uint32_t* used, bool add) {
+             const std::uint32_t* used, bool add, const float* skip = nullptr) {
   BELLOWS_EXPECTS(value.size() == index.size(), "cuda::scatter: ", index.size(), " indices but ", value.size(),
                   " values");
   if (index.empty()) return;
   const unsigned blocks = std::min(blocks_for(index.size(), scatter_threads), 4096u);
   launch(&scatter_kernel<Index>, blocks, scatter_threads, exec.stream(), out.data(), index.data(), value.data(),
-         index.size(), used, add);
+         index.size(), used, add, skip);
 }
 
 }  // namespace detail
@@ -115,10 +117,12 @@ inline void scatter(executor& exec, std::span<float> out, std::span<const std::u
 }
 
 /// acc[index[j]] += value[j] for distinct indices below acc.size() (device memory), as
-/// cpu::scatter_add: distinct indices make every sum the CPU's.
+/// cpu::scatter_add: distinct indices make every sum the CPU's; nothing when `skip` points to a
+/// float (device memory) that is not 0, read on the device.
 template <class Index>
-void scatter_add(executor& exec, std::span<float> acc, std::span<const Index> index, std::span<const float> value) {
-  detail::scatter(exec, acc, index, value, nullptr, true);
+void scatter_add(executor& exec, std::span<float> acc, std::span<const Index> index, std::span<const float> value,
+                 const float* skip = nullptr) {
+  detail::scatter(exec, acc, index, value, nullptr, true, skip);
 }
 
 }  // namespace bellows::cuda

@@ -148,6 +148,10 @@ inline void average_payloads(executor& exec, const payload_slots& slots, const s
 
 namespace bellows {
 template <>
+struct sparse_count_of<cuda::executor> {
+  using type = std::uint32_t;
+};
+template <>
 struct select_workspace_of<cuda::executor> {
   using type = cuda::select_workspace;
 };

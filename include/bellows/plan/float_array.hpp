@@ -6,6 +6,12 @@
 // Both have the same members: a zeroed array of n elements made with the executor, span() over
 // it (in the backend's memory), size(), host(exec, staging) to read it and assign(exec, values)
 // to write it from the host.
+//
+// host_values_for<Exec, T> is where a backend's copy_word delivers words of type T to the host
+// without waiting for anything: cpu::host_values<T> (plain memory) and cuda::host_values<T>
+// (pinned memory, which a copy from the device fills asynchronously, where one into pageable
+// memory would wait for the stream). Both are made value-initialised from the executor and a
+// count, and indexed on the host.
 #pragma once
 
 namespace bellows {
@@ -16,5 +22,12 @@ struct float_array_of;
 
 template <class Exec>
 using float_array_for = typename float_array_of<Exec>::type;
+
+/// Specialised beside each backend's host_values.
+template <class Exec, class T>
+struct host_values_of;
+
+template <class Exec, class T>
+using host_values_for = typename host_values_of<Exec, T>::type;
 
 }  // namespace bellows

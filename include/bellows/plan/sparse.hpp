@@ -67,6 +67,13 @@ struct sparse_words {
   const Count* count = nullptr;
 };
 
+/// The type a backend counts a selection's entries in (sparse_words' Count): specialised beside
+/// each backend's sparse payloads.
+template <class Exec>
+struct sparse_count_of;
+template <class Exec>
+using sparse_count_for = typename sparse_count_of<Exec>::type;
+
 /// The workspace a backend keeps in a layer's state for a top-k selection and for a rand-k draw:
 /// specialised beside each backend's sparse payloads (cpu/sparse_payload.hpp,
 /// cuda/sparse_payload.cuh), and sized by their fit_workspace.

@@ -92,7 +92,8 @@ inline void write_powersgd_record(checkpoint_writer& out, std::uint64_t rank, st
 ///     an all-zero column drawn instead as normals j m .. j m + m - 1 of the stream.
 ///  3. `orthogonalize(e, x, m, eps)`: Gram-Schmidt on the columns (m floats each) of x.
 ///  4. `project_rows(e, M, q, p)` (p = M q), `project_cols(e, M, p, q)` (q = M^T p) and
-///     `reconstruct_update(e, g, mem, n, m, p, q)` (g = p q^T, mem = M - g when mem is not empty).
+///     `reconstruct_update(e, g, mem, n, m, p, q, skip)` (g = p q^T, mem = M - g when mem is not
+///     empty; nothing when *skip, a float of the backend's memory, is not 0).
 ///  5. `compensate(e, out, g, mem, flag)`: out = g + mem, *flag = 1 when out holds NaN or Inf.
 ///  6. `reserve_projections(e, n, m, r)`: makes room for the products' scratch (at registration).
 /// Models: cpu::executor (cpu/skinny_gemm.hpp, cpu/normals.hpp, ...), cuda::executor.
@@ -105,7 +106,7 @@ concept LowRankExecutor = requires(E& e, std::span<float> x, std::span<const flo
   orthogonalize(e, x, k, eps);
   project_rows(e, M, y, x);
   project_cols(e, M, y, x);
-  reconstruct_update(e, x, x, k, k, y, y);
+  reconstruct_update(e, x, x, k, k, y, y, flag);
   compensate(e, x, y, y, flag);
   reserve_projections(e, k, k, k);
 };
