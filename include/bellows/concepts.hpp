@@ -124,6 +124,35 @@ concept Compressor = Collective<Coll> &&
   { cc.rounds(std::as_const(st), std::size_t{1}) } -> std::same_as<exchange_rounds>;
 };
 
+/// PhasedCompressor: a compressor whose step a caller can run as phases around exchanges it
+/// makes itself, one collective call per round for many layers
+/// (docs/spec.md#phases-a-step-around-exchanges-the-caller-makes). The caller sizes one part per
+/// round from `rounds(state, ranks)` (Compressor 4): part i holds rounds[i].bytes / 4 floats in
+/// the backend's memory, from a multiple of part_alignment (core/traffic.hpp; PowerSGD refuses
+/// others), and every round is allreduce_sum (the phases of allgather rounds are not written
+/// yet: begin raises bellows::error for them). No phase reads a verdict on the host: one that
+/// gates a later write is read where the kernels run.
+///  1. `c.begin(state, grad, parts, rank, ranks)`: what this rank hands to round 0, written into
+///     parts[0] from grad (and the error memory).
+///  2. `c.next(state, grad, round, parts)`, for round 1, 2, ...: once parts[0 .. round - 1] hold
+///     their sums over the ranks, writes parts[round]. It may change the parts before it.
+///  3. `c.finish(state, grad, parts, ranks)`: once every part holds its sum, grad becomes the
+///     average and the next memory is written, unless some rank's input was not finite (then
+///     neither is touched); the verdicts are copied to the host.
+///  4. `c.conclude(state)` -> reduce_result: after the executor's synchronize(): the step's
+///     status and traffic, as reduce returns them; when ok, the step is committed (the memory and
+///     the query take their next values, the counter advances).
+/// reduce makes the same calls with the state's own parts. Models: identity, powersgd, topk and
+/// randk (the steps of theirs that rounds() gives as one allreduce).
+template <class C>
+concept PhasedCompressor = requires(C& c, typename C::state& st, std::span<const float> grad, std::span<float> out,
+                                    round_parts parts, std::size_t i) {
+  c.begin(st, grad, parts, i, i);
+  c.next(st, grad, i, parts);
+  c.finish(st, out, parts, i);
+  { c.conclude(st) } -> std::same_as<reduce_result>;
+};
+
 /// PayloadCodec: a single-round compressor whose payload a trainer may carry itself.
 ///  1. `c.max_payload_bytes(state)`: an upper bound of the payload size for that layer.
 ///  2. `c.encode(state, std::span<const float> in, std::span<std::byte> out, rank)` -> the bytes
@@ -267,10 +296,15 @@ concept ObservingDetector = requires(D& d, const D& cd, std::size_t id, std::spa
 ///     too small); `a.assign(e, values)`: host values in, complete on return.
 ///     `copy_word(e, word, from)`: one word a kernel wrote in the backend's memory (a float or an
 ///     unsigned verdict here; a count, a payload's header) into a host variable, complete once
-///     e.synchronize() returns.
+///     e.synchronize() returns; into an element of `host_values_for<E, T>` (`H(e, n)`: n values
+///     on the host, value-initialised, `h[i]`), it is enqueued without a wait (pinned memory on a
+///     device).
 ///  3. Kernels, found by argument-dependent lookup beside E, on spans of the backend's memory
 ///     (an algorithm that needs more, as PowerSGD its products, states them beside it):
-///     `fill(e, x, v)`; `copy(e, out, x)`; `scale(e, x, s)`; `divide(e, x, d)` and `divide(e, out, x, d)`;
+///     `fill(e, x, v)`; `copy(e, out, x)`; `scale(e, x, s)`; `divide(e, x, d)`;
+///     `divide(e, out, x, d)`; and `fill(e, x, v, skip)` and `divide(e, out, x, d, skip)`, which
+///     write nothing when *skip (a float of the backend's memory, such as a summed verdict) is
+///     not 0, read where the kernel runs;
 ///     `add_into(e, x, y)` (x += y); `add(e, out, a, b)`; `subtract(e, out, a, b)`;
 ///     `flag_non_finite(e, x, flag)`: *flag (one float of the backend's memory) = 1 when x holds
 ///     a NaN or an Inf, else unchanged; `flag_to_float(e, word, out)`: *out = 1 when the
@@ -292,16 +326,19 @@ concept Executor = requires(E& e, float_array_for<E>& a, const float_array_for<E
   requires !std::copy_constructible<E>;
   e.synchronize();
   float_array_for<E>(e, std::size_t{1});
+  { host_values_for<E, float>(e, std::size_t{1})[0] } -> std::same_as<float&>;
   { a.span() } -> std::same_as<std::span<float>>;
   { ca.span() } -> std::same_as<std::span<const float>>;
   { ca.size() } -> std::convertible_to<std::size_t>;
   { ca.host(e, staging) } -> std::same_as<std::span<const float>>;
   a.assign(e, y);
   fill(e, x, v);
+  fill(e, x, v, out);
   copy(e, x, y);
   scale(e, x, v);
   divide(e, x, v);
   divide(e, x, y, v);
+  divide(e, x, y, v, out);
   add_into(e, x, y);
   add(e, x, y, y);
   subtract(e, x, y, y);
@@ -335,7 +372,16 @@ struct float_array {
   void assign(executor& /*e*/, std::span<const float> from) { std::ranges::copy(from, values.begin()); }
   std::vector<float> values;
 };
+template <class T>
+struct host_values {
+  host_values(executor& /*e*/, std::size_t n) : values(n) {}
+  [[nodiscard]] T& operator[](std::size_t i) noexcept { return values[i]; }
+  std::vector<T> values;
+};
 inline void fill(executor&, std::span<float> x, float v) { std::ranges::fill(x, v); }
+inline void fill(executor& e, std::span<float> x, float v, const float* skip) {
+  if (*skip == 0.0f) fill(e, x, v);
+}
 inline void copy(executor&, std::span<float> out, std::span<const float> x) { std::ranges::copy(x, out.begin()); }
 inline void scale(executor&, std::span<float> x, float s) {
   for (float& v : x) v *= s;
@@ -345,6 +391,9 @@ inline void divide(executor&, std::span<float> x, float d) {
 }
 inline void divide(executor&, std::span<float> out, std::span<const float> x, float d) {
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = x[i] / d;
+}
+inline void divide(executor& e, std::span<float> out, std::span<const float> x, float d, const float* skip) {
+  if (*skip == 0.0f) divide(e, out, x, d);
 }
 inline void add_into(executor&, std::span<float> x, std::span<const float> y) {
   for (std::size_t i = 0; i < x.size(); ++i) x[i] += y[i];
@@ -374,6 +423,10 @@ inline void mean_norm(executor&, std::span<const float> x, double divisor, float
 template <>
 struct float_array_of<archetypes::executor> {
   using type = archetypes::float_array;
+};
+template <class T>
+struct host_values_of<archetypes::executor, T> {
+  using type = archetypes::host_values<T>;
 };
 
 static_assert(Executor<archetypes::executor>, "the archetype must model Executor");

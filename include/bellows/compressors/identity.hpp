@@ -60,19 +60,21 @@ struct identity_method {
   }
 };
 
-/// Averages a layer uncompressed. Agreement on non-finite input takes one extra allreduce of a
-/// single float before the data (the data allreduce itself cannot tell NaN input from overflow).
+/// Averages a layer uncompressed, in two rounds: an allreduce of each rank's verdict on its input
+/// (one float: 1 when it holds NaN or Inf), then the allreduce of the data (the data's own sum
+/// cannot tell NaN input from overflow). reduce skips the second when the first found one.
 template <class Exec = cpu::executor>
 class identity {
   static_assert(Executor<Exec>, "identity<Exec>: Exec must model Executor");
 
 public:
-  /// One layer: its step counter and the verdict's float in the backend's memory.
+  /// One layer: its step counter, the verdict's float in the backend's memory (round 0 of
+  /// reduce), and the summed verdict read back.
   struct state {
     layer_info layer;
     std::uint64_t step = 0;
-    float_array_for<Exec> flag;  ///< workspace: each rank's verdict, then their sum
-    std::vector<float> staging;  ///< the flag read back, where the backend's memory is not the host's
+    float_array_for<Exec> flag;            ///< workspace: each rank's verdict, then their sum
+    host_values_for<Exec, float> verdict;  ///< the sum, on the host (next copies it)
   };
 
   explicit identity(Exec& exec = Exec::shared()) : exec_(&exec) {}
@@ -80,7 +82,7 @@ public:
   identity(const identity_params& /*params*/, Exec& exec) : exec_(&exec) {}
 
   [[nodiscard]] state make_state(const layer_info& layer) const {
-    return {layer, 0, float_array_for<Exec>(*exec_, 1), {}};
+    return {layer, 0, float_array_for<Exec>(*exec_, 1), host_values_for<Exec, float>(*exec_, 1)};
   }
   /// The allreduce of the verdict (one float), then the allreduce of the data.
   [[nodiscard]] exchange_rounds rounds(const state& st, std::size_t /*ranks*/) const {
@@ -88,22 +90,49 @@ public:
             {collective_op::allreduce_sum, st.layer.size() * sizeof(float)}};
   }
 
-  /// One step: an allreduce of each rank's verdict on its input (1 if it holds NaN or Inf), read
-  /// on the host (the one wait), then the allreduce of the data and the division by W.
+  /// One step, the phases below on the state's verdict float and on `inout` itself: the
+  /// verdicts' allreduce, the summed verdict read on the host (the one wait), then, unless some
+  /// rank's input was not finite, the allreduce of the data and the division by W.
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    detail::check_buffer("identity", st.layer, inout.size());
     detail::check_stream("identity", st.layer, coll, *exec_);
-    fill(*exec_, st.flag.span(), 0.0f);
-    flag_non_finite(*exec_, std::span<const float>(inout), st.flag.span().data());
-    coll.allreduce_sum(st.flag.span());
-    traffic sent{sizeof(float), 1, 0};
-    if (st.flag.host(*exec_, st.staging)[0] != 0.0f) return {step_status::non_finite, sent};
-    coll.allreduce_sum(inout);
-    divide(*exec_, inout, static_cast<float>(coll.size()));
+    const std::span<float> parts[] = {st.flag.span(), inout};
+    begin(st, inout, parts, coll.rank(), coll.size());
+    coll.allreduce_sum(parts[0]);
+    next(st, inout, 1, parts);
+    exec_->synchronize();
+    if (st.verdict[0] != 0.0f) return conclude(st);  // no rank sends its data
+    coll.allreduce_sum(parts[1]);
+    finish(st, inout, parts, coll.size());
+    return conclude(st);  // finish copies nothing back: the verdict read above is the step's
+  }
+
+  // Phases (concepts.hpp, PhasedCompressor): parts[0] is the verdict, parts[1] the data.
+
+  /// parts[0] = 1 when grad holds NaN or Inf, else 0.
+  void begin(state& st, std::span<const float> grad, round_parts parts, std::size_t /*rank*/, std::size_t ranks) {
+    detail::check_buffer("identity", st.layer, grad.size());
+    detail::check_parts("identity", st.layer, rounds(st, ranks), parts);
+    fill(*exec_, parts[0], 0.0f);
+    flag_non_finite(*exec_, grad, parts[0].data());
+  }
+  /// The summed verdict copied to the host, and grad into parts[1] (nothing to copy when
+  /// parts[1] is grad).
+  void next(state& st, std::span<const float> grad, std::size_t /*round*/, round_parts parts) {
+    copy_word(*exec_, st.verdict[0], parts[0].data());
+    if (parts[1].data() != grad.data()) copy(*exec_, parts[1], grad);
+  }
+  /// grad = the sums / W, unless the summed verdict is not 0.
+  void finish(state& /*st*/, std::span<float> grad, round_parts parts, std::size_t ranks) {
+    divide(*exec_, grad, parts[1], static_cast<float>(ranks), parts[0].data());
+  }
+  /// The status and traffic; the counter advances when every rank's input was finite.
+  reduce_result conclude(state& st) {
+    const traffic verdicts{sizeof(float), 1, 0};
+    if (st.verdict[0] != 0.0f) return {step_status::non_finite, verdicts};
     ++st.step;
-    sent += traffic{inout.size_bytes(), inout.size(), inout.size()};
-    return {step_status::ok, sent};
+    const std::size_t n = st.layer.size();
+    return {step_status::ok, verdicts + traffic{n * sizeof(float), n, n}};
   }
 
   [[nodiscard]] std::size_t max_payload_bytes(const state& st) const {
@@ -163,6 +192,7 @@ private:
 static_assert(Compressor<identity<>, archetypes::collective>, "identity must model Compressor");
 static_assert(CheckpointedCompressor<identity<>>, "identity must model CheckpointedCompressor");
 static_assert(PayloadCodec<identity<>>, "identity must model PayloadCodec");
+static_assert(PhasedCompressor<identity<>>, "identity must model PhasedCompressor");
 
 template <>
 struct method_slot<identity_method::codec.id> {

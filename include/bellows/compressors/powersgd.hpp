@@ -21,15 +21,21 @@
 // reconstruction) and writes e and the output once: eight streams of n m floats.
 //
 // Non-finite input: one float appended to the P allreduce carries each rank's verdict (is its
-// local P finite? a NaN or Inf anywhere in row i of M makes row i of P non-finite), so the ranks
-// agree in their first exchange. The summed verdict and the summed P go into one flag in the
-// backend's memory, read on the host: the step's first wait (the second reads the summed Q's
-// flag, which catches M^T P overflowing where M is finite). Until both show every rank finite,
-// the step writes only workspace; then every rank commits. Finite values overflow nowhere while
-// |M| <= FLT_MAX / (1 + sqrt(n)) (|Q|, |out| <= sqrt(n) max |M|); beyond that, a summed Q that
-// overflowed skips the step the same way on every rank, but out = P Q^T or e = M - out may
-// still overflow. A layer averaged dense: m = g (+ e) and its verdict in one pass, the verdict
-// appended, one allreduce of n + 1 floats, the summed verdict read (one wait), g = sums / W, e = 0.
+// local P finite? a NaN or Inf anywhere in row i of M makes row i of P non-finite). The summed
+// verdict is raised again where the summed P, and then the summed Q (M^T P may overflow where M
+// is finite), is not finite; the reconstruction reads it on the device and writes g and e only
+// when it stayed 0, so every rank skips the step alike, and the query and the counter change only
+// in conclude, after the verdict was read on the host. Finite values overflow nowhere while
+// |M| <= FLT_MAX / (1 + sqrt(n)) (|Q|, |out| <= sqrt(n) max |M|); beyond that, out = P Q^T or
+// e = M - out may still overflow. A layer averaged dense: m = g (+ e) and its verdict in one
+// pass, the verdict appended, one allreduce of n + 1 floats, g = sums / W unless the summed
+// verdict is not 0, then e = 0 in conclude.
+//
+// Phases (concepts.hpp, PhasedCompressor): begin forms P and the verdict into part 0 (or the
+// dense values); next orthogonalises the summed P and forms Q into part 1; finish divides Q by W
+// and reconstructs; conclude commits. reduce runs them on the state's own buffers (`exchange`,
+// `next`) and reads the verdict after the P round (its first wait), so that a non-finite step
+// makes no Q round; a step run by phases makes every round and skips its writes on the device.
 #pragma once
 
 #include <cstddef>
@@ -70,27 +76,120 @@ public:
   /// One layer: sizes, rank and step counter (powersgd_layer); in the backend's memory the error
   /// memory e, the query Q and the workspaces, all sized at make_state.
   struct state : detail::powersgd_layer {
-    array memory;                ///< e (n x m, row-major) once compressed with feedback on; else empty
-    array query;                 ///< Q, m x (columns held) column-major, kept between steps
-    array next;                  ///< workspace: this step's Q, swapped into `query` on commit
-    array exchange;              ///< workspace: P (n x r') and the verdict, or the dense sums and it
-    array flag;                  ///< workspace: one float, set when something is not finite
-    std::vector<float> staging;  ///< the flag read back, where the backend's memory is not the host's
+    array memory;    ///< e (n x m, row-major) once compressed with feedback on; else empty
+    array query;     ///< Q, m x (columns held) column-major, kept between steps
+    array next;      ///< workspace: this step's Q (reduce's part 1), swapped into `query` on commit
+    array exchange;  ///< workspace: P (n x r') and the verdict, or the dense sums and it (reduce's part 0)
+    host_values_for<Exec, float> verdicts;  ///< the summed verdict after the P round and after the last, on the host
   };
 
   static constexpr const char* name = "powersgd";
 
   explicit powersgd(const powersgd_params& params = {}, Exec& exec = Exec::shared()) : base(params, exec) {}
 
-  /// One step (a collective call; see the file's comment). Waits for the executor twice for a
-  /// compressed layer (the verdicts), once for a dense one. Reallocates first when this
-  /// compressor's rank gives the layer another r' than the state's.
+  /// One step (a collective call; see the file's comment): the phases on the state's buffers.
+  /// Waits for the executor twice for a compressed layer (the verdicts), once for a dense one.
+  /// Reallocates first when this compressor's rank gives the layer another r' than the state's.
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     detail::check_buffer(name, st.layer, inout.size());
     detail::check_stream(name, st.layer, coll, *this->exec_);
+    this->follow_rank(st);  // before the parts are taken from the buffers it may replace
+    const std::span<float> parts[] = {st.exchange.span(), st.next.span()};
+    const round_parts used(parts, st.compressed() ? 2 : 1);
+    begin(st, inout, used, coll.rank(), coll.size());
+    coll.allreduce_sum(parts[0]);
+    if (st.compressed()) {
+      next(st, inout, 1, used);
+      this->exec_->synchronize();
+      if (st.verdicts[0] != 0.0f) return conclude(st);  // no rank sends its Q
+      coll.allreduce_sum(parts[1]);
+    }
+    finish(st, inout, used, coll.size());
+    this->exec_->synchronize();
+    return conclude(st);
+  }
+
+  // Phases (concepts.hpp, PhasedCompressor). Part 0: P (n r') and the verdict, or the dense
+  // values and it; part 1: Q (m r').
+
+  /// Follows the compressor's rank (allocating only when it changes), then writes part 0 from
+  /// M = grad + e: this step's query, P = M Q and the verdict on P; or, for a dense layer, M and
+  /// the verdict on it.
+  void begin(state& st, std::span<const float> grad, round_parts parts, std::size_t /*rank*/, std::size_t ranks) {
+    Exec& exec = *this->exec_;
+    detail::check_buffer(name, st.layer, grad.size());
     this->follow_rank(st);
-    return st.compressed() ? reduce_low_rank(st, inout, coll) : reduce_dense(st, inout, coll);
+    detail::check_parts(name, st.layer, this->rounds(st, ranks), parts, part_alignment);
+    st.verdicts[0] = st.verdicts[1] = 0.0f;
+    const std::size_t n = st.compressed() ? st.rows * st.rank : grad.size();
+    const std::span<float> values = parts[0].first(n);
+    float* vote = parts[0].data() + n;
+    fill(exec, parts[0].subspan(n), 0.0f);
+    if (st.compressed()) {
+      prepare_query(st);
+      project_rows(exec, matrix(st, grad), std::as_const(st.next).span(), values);
+      flag_non_finite(exec, std::span<const float>(values), vote);
+    } else if (st.memory.size() == 0) {
+      copy(exec, values, grad);
+      flag_non_finite(exec, std::span<const float>(values), vote);
+    } else {
+      compensate(exec, values, grad, st.memory.span(), vote);  // a memory left from compressed steps goes out with g
+    }
+  }
+
+  /// Round 1 of a compressed layer, from the summed part 0: the verdict raised where the summed P
+  /// is not finite and copied to the host, P orthogonalised in place, and Q = M^T P into part 1.
+  void next(state& st, std::span<const float> grad, std::size_t round, round_parts parts) {
+    Exec& exec = *this->exec_;
+    BELLOWS_EXPECTS(st.compressed() && round == 1, name, ": layer '", st.layer.name, "' has no round ", round);
+    const std::span<float> p = parts[0].first(st.rows * st.rank);
+    float* vote = parts[0].data() + p.size();
+    flag_non_finite(exec, std::span<const float>(p), vote);
+    copy_word(exec, st.verdicts[0], vote);
+    orthogonalize(exec, p, st.rows, this->params_.orthogonalization_eps);
+    project_cols(exec, matrix(st, grad), std::as_const(p), parts[1]);
+  }
+
+  /// From the summed parts: Q = the sum / W, the verdict raised where it is not finite, then
+  /// grad = P Q^T and e = M - grad unless the verdict is not 0 (read on the device); the verdict
+  /// copied to the host. A dense layer: grad = the sums / W unless its verdict is not 0.
+  void finish(state& st, std::span<float> grad, round_parts parts, std::size_t ranks) {
+    Exec& exec = *this->exec_;
+    if (!st.compressed()) {
+      divide(exec, grad, std::as_const(parts[0]).first(grad.size()), static_cast<float>(ranks),
+             parts[0].data() + grad.size());
+      copy_word(exec, st.verdicts[0], parts[0].data() + grad.size());
+      return;
+    }
+    const std::span<const float> p = std::as_const(parts[0]).first(st.rows * st.rank);
+    const float* vote = parts[0].data() + p.size();
+    const std::span<float> q = parts[1];
+    if (ranks != 1) divide(exec, q, static_cast<float>(ranks));
+    flag_non_finite(exec, std::span<const float>(q), parts[0].data() + p.size());
+    reconstruct_update(exec, grad, st.memory.span(), st.rows, st.cols, p, std::as_const(q), vote);
+    if (q.data() != st.next.span().data()) copy(exec, st.next.span(), std::as_const(q));
+    copy_word(exec, st.verdicts[1], vote);
+  }
+
+  /// The status and traffic. When every rank was finite: a compressed layer's Q becomes the one
+  /// kept; a dense layer's memory, sent with its gradient, becomes 0; the counter advances.
+  reduce_result conclude(state& st) {
+    const std::size_t n = st.rows, m = st.cols, r = st.rank;
+    if (!st.compressed()) {
+      const std::size_t size = st.layer.size();
+      const traffic sent{(size + 1) * sizeof(float), size + 1, size};
+      if (st.verdicts[0] != 0.0f) return {step_status::non_finite, sent};
+      if (st.memory.size() != 0) fill(*this->exec_, st.memory.span(), 0.0f);
+      ++st.step;
+      return {step_status::ok, sent};
+    }
+    traffic sent{(n * r + 1) * sizeof(float), n * r + 1, (n + m) * r};
+    if (st.verdicts[0] != 0.0f) return {step_status::non_finite, sent};
+    sent += traffic{m * r * sizeof(float), m * r, 0};
+    if (st.verdicts[1] != 0.0f) return {step_status::non_finite, sent};
+    this->commit(st);
+    return {step_status::ok, sent};
   }
 
   /// When the trainer's learning rate changes from lr_old to lr_new: a feedback::scaled memory
@@ -134,7 +233,7 @@ private:
     Exec& exec = *this->exec_;
     const std::size_t n = st.rows, m = st.cols;
     if (r != 0) check_rank(st, r);  // before anything changes
-    if (st.flag.size() == 0) st.flag = array(exec, 1);
+    if (st.verdicts.size() == 0) st.verdicts = host_values_for<Exec, float>(exec, 2);
     st.rank = r;
     if (r == 0) {
       array exchange(exec, detail::checked_add(st.layer.size(), 1, "powersgd: layer '", st.layer.name, "'"));
@@ -183,72 +282,16 @@ private:
     orthogonalize(*this->exec_, st.next.span(), st.cols, this->params_.orthogonalization_eps);
   }
 
-  /// The flag read on the host (a wait for the executor): true when something was not finite.
-  bool flag_raised(state& st) const { return st.flag.host(*this->exec_, st.staging)[0] != 0.0f; }
-
-  template <class Coll>
-  reduce_result reduce_low_rank(state& st, std::span<float> inout, Coll& coll) {
-    Exec& exec = *this->exec_;
-    const std::size_t n = st.rows, m = st.cols, r = st.rank;
-    const compensated_matrix M{inout, st.memory.span(), n, m};
-    const std::span<float> p = st.exchange.span().first(n * r);
-    const std::span<float> vote = st.exchange.span().subspan(n * r, 1);
-
-    prepare_query(st);
-    project_rows(exec, M, std::as_const(st.next).span(), p);
-    fill(exec, vote, 0.0f);  // this rank's verdict, in the float the allreduce sums
-    flag_non_finite(exec, p, vote.data());
-    coll.allreduce_sum(st.exchange.span());
-    // One flag for the summed verdict and the summed P (finite terms may overflow).
-    copy(exec, st.flag.span(), vote);
-    flag_non_finite(exec, p, st.flag.span().data());
-    traffic sent{(n * r + 1) * sizeof(float), n * r + 1, (n + m) * r};
-    if (flag_raised(st)) return {step_status::non_finite, sent};
-
-    orthogonalize(exec, p, n, this->params_.orthogonalization_eps);
-    project_cols(exec, M, p, st.next.span());
-    coll.allreduce_sum(st.next.span());
-    if (coll.size() != 1) divide(exec, st.next.span(), static_cast<float>(coll.size()));
-    sent += traffic{m * r * sizeof(float), m * r, 0};
-    // M^T P may overflow where M is finite: every rank holds the same summed Q, so all skip the
-    // step here alike, before anything but workspace was written. The flag is still clear: it
-    // was read back clear.
-    flag_non_finite(exec, std::as_const(st.next).span(), st.flag.span().data());
-    if (flag_raised(st)) return {step_status::non_finite, sent};
-
-    reconstruct_update(exec, inout, st.memory.span(), n, m, p, std::as_const(st.next).span());
-    this->commit(st);
-    return {step_status::ok, sent};
-  }
-
-  template <class Coll>
-  reduce_result reduce_dense(state& st, std::span<float> inout, Coll& coll) {
-    Exec& exec = *this->exec_;
-    const std::size_t n = inout.size();
-    const std::span<float> values = st.exchange.span().first(n);
-    const std::span<float> vote = st.exchange.span().subspan(n, 1);
-    const std::span<float> e = st.memory.span();
-    fill(exec, vote, 0.0f);
-    if (e.empty()) {
-      copy(exec, values, inout);
-      flag_non_finite(exec, values, vote.data());
-    } else {
-      compensate(exec, values, inout, e, vote.data());  // a memory left from compressed steps goes out with g
-    }
-    coll.allreduce_sum(st.exchange.span());
-    copy(exec, st.flag.span(), vote);
-    const traffic sent{(n + 1) * sizeof(float), n + 1, n};
-    if (flag_raised(st)) return {step_status::non_finite, sent};
-    divide(exec, inout, values, static_cast<float>(coll.size()));
-    if (!e.empty()) fill(exec, e, 0.0f);
-    ++st.step;
-    return {step_status::ok, sent};
+  /// M = g + e as the products read it (e empty without a memory).
+  [[nodiscard]] static compensated_matrix matrix(const state& st, std::span<const float> grad) noexcept {
+    return {grad, std::as_const(st.memory).span(), st.rows, st.cols};
   }
 };
 
 static_assert(Compressor<powersgd<>, archetypes::collective>, "powersgd must model Compressor");
 static_assert(CheckpointedCompressor<powersgd<>>, "powersgd must model CheckpointedCompressor");
 static_assert(SelectiveCompressor<powersgd<>>, "powersgd must model SelectiveCompressor");
+static_assert(PhasedCompressor<powersgd<>>, "powersgd must model PhasedCompressor");
 
 template <>
 struct method_slot<powersgd_method::codec.id> {

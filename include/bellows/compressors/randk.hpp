@@ -24,6 +24,7 @@
 
 #include "bellows/compressors/detail/sparse_codec.hpp"
 #include "bellows/compressors/randk_types.hpp"
+#include "bellows/core/error.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
 #include "bellows/cpu/float_array.hpp"
@@ -35,6 +36,7 @@ namespace bellows {
 template <class Exec = cpu::executor>
 class randk : public detail::sparse_codec<randk<Exec>, Exec, randk_method, sample_plan, sample_workspace_for<Exec>> {
   using base = detail::sparse_codec<randk<Exec>, Exec, randk_method, sample_plan, sample_workspace_for<Exec>>;
+  using base::name;
   using base::params_;
 
 public:
@@ -51,39 +53,71 @@ public:
   }
 
   /// One step (a collective call). Per-rank mode: by allgather (detail::sparse_codec). Shared
-  /// mode: the draw's entries into a payload's body as the allgather's would go, the non-finite
-  /// flag right after the k values, one allreduce of those k + 1 floats, the flag read back (on
-  /// the device, the step's one wait); when every rank was finite, g = the values / W scattered
-  /// into zeros, and the staged memory becomes current.
+  /// mode: the phases below on the state's payload slot, where the draw's k values and the flag
+  /// after them form the part: the summed verdict read back (on the device, the step's one wait).
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     this->begin_step(st, inout.size(), coll);
     if (params_.mode == randk_mode::per_rank) return this->average_by_allgather(st, inout, coll);
+    const std::span<float> parts[] = {shared_values(st)};
+    begin(st, inout, parts, coll.rank(), coll.size());
+    coll.allreduce_sum(parts[0]);
+    finish(st, inout, parts, coll.size());
+    this->exec_->synchronize();
+    return conclude(st);
+  }
+
+  // Phases (concepts.hpp, PhasedCompressor) of a step in shared mode: part 0 holds the k values
+  // drawn, then the verdict. Not yet for per-rank mode (an allgather): begin raises
+  // bellows::error for it.
+
+  /// The draw's entries of m = grad + e into the state's payload slot (the next memory staged),
+  /// their values and this rank's verdict into part 0.
+  void begin(state& st, std::span<const float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
     Exec& exec = *this->exec_;
-    const std::size_t n = inout.size(), k = st.plan_.k;
-    st.slots_.prepare(exec, 1, sparse_payload_bytes(n, k) + sizeof(float));
-    const std::span<std::byte> body = st.slots_.mine(0).subspan(wire::header_bytes);
+    this->begin_phases(st, grad.size(), parts, ranks);
+    const std::span<float> values = shared_values(st);
     const auto [memory, staged] = this->compensation(st);
-    const auto words = select(st, inout, memory, staged, body, coll.rank());
-    // the k values right after the k indices, then the flag
-    const std::span<float> values(reinterpret_cast<float*>(body.data() + (entry_bytes(n) - sizeof(float)) * k), k + 1);
-    flag_to_float(exec, words.non_finite, values.data() + k);
-    coll.allreduce_sum(values);
-    float flag = 0.0f;
-    copy_word(exec, flag, values.data() + k);
-    exec.synchronize();
-    const reduce_result r{flag != 0.0f ? step_status::non_finite : step_status::ok,
+    const auto words = select(st, grad, memory, staged, st.slots_.mine(0).subspan(wire::header_bytes), rank);
+    const std::size_t k = st.plan_.k;
+    if (parts[0].data() != values.data()) copy(exec, parts[0].first(k), std::as_const(values).first(k));
+    flag_to_float(exec, words.non_finite, parts[0].data() + k);
+  }
+  /// Rand-k has one round.
+  void next(state& st, std::span<const float> /*grad*/, std::size_t round, round_parts /*parts*/) {
+    fail<error>(name, ": layer '", st.layer.name, "' has no round ", round);
+  }
+  /// The summed values / W, then, unless the summed verdict is not 0, grad = them scattered into
+  /// zeros at the draw's indices; the summed verdict copied back.
+  void finish(state& st, std::span<float> grad, round_parts parts, std::size_t ranks) {
+    Exec& exec = *this->exec_;
+    const std::size_t k = st.plan_.k;
+    const std::span<float> values = parts[0].first(k);
+    const float* skip = parts[0].data() + k;
+    if (ranks != 1) divide(exec, values, static_cast<float>(ranks));
+    fill(exec, grad, 0.0f, skip);
+    this->add_entries(grad, st.slots_.mine(0).data() + wire::header_bytes, k, values, skip);
+    copy_word(exec, st.reported_[0].sum, skip);
+  }
+  /// The status and traffic; the staged memory becomes current when every rank was finite.
+  reduce_result conclude(state& st) {
+    const std::size_t k = st.plan_.k;
+    const reduce_result r{st.reported_[0].sum != 0.0f ? step_status::non_finite : step_status::ok,
                           {(k + 1) * sizeof(float), k + 1, k}};
-    if (r.status == step_status::ok) {
-      if (coll.size() != 1) divide(exec, values.first(k), static_cast<float>(coll.size()));
-      fill(exec, inout, 0.0f);
-      this->add_entries(inout, body.data(), k);
-    }
-    return this->conclude(st, r);
+    return base::conclude(st, r);
   }
 
 private:
   friend base;
+
+  /// The k values of the shared draw in the state's payload slot (right after the k indices)
+  /// and the float after them: reduce's part. Makes room for them first.
+  std::span<float> shared_values(state& st) const {
+    const std::size_t n = st.layer.size(), k = st.plan_.k;
+    st.slots_.prepare(*this->exec_, 1, sparse_payload_bytes(n, k) + sizeof(float));
+    std::byte* body = st.slots_.mine(0).data() + wire::header_bytes;
+    return {reinterpret_cast<float*>(body + (entry_bytes(n) - sizeof(float)) * k), k + 1};
+  }
 
   [[nodiscard]] std::pair<std::size_t, std::size_t> counts(const layer_info& layer) const {
     const std::size_t k = detail::kept_count(layer, params_.ratio, params_.k);
@@ -111,6 +145,7 @@ private:
 static_assert(Compressor<randk<>, archetypes::collective>, "randk must model Compressor");
 static_assert(CheckpointedCompressor<randk<>>, "randk must model CheckpointedCompressor");
 static_assert(PayloadCodec<randk<>>, "randk must model PayloadCodec");
+static_assert(PhasedCompressor<randk<>>, "randk must model PhasedCompressor");
 
 template <>
 struct method_slot<randk_method::codec.id> {

@@ -25,6 +25,7 @@
 
 #include "bellows/compressors/detail/sparse_codec.hpp"
 #include "bellows/compressors/topk_types.hpp"
+#include "bellows/core/error.hpp"
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
 #include "bellows/cpu/float_array.hpp"
@@ -36,6 +37,7 @@ namespace bellows {
 template <class Exec = cpu::executor>
 class topk : public detail::sparse_codec<topk<Exec>, Exec, topk_method, select_plan, select_workspace_for<Exec>> {
   using base = detail::sparse_codec<topk<Exec>, Exec, topk_method, select_plan, select_workspace_for<Exec>>;
+  using base::name;
   using base::params_;
 
 public:
@@ -51,39 +53,61 @@ public:
   }
 
   /// One step (a collective call). By allgather (detail::sparse_codec). When dense_switch is on
-  /// and W * most * (index + value bytes) >= 4 n, by one allreduce of n + 1 floats instead: the
-  /// kept entries written densely, then the non-finite flag; the flag, this rank's verdict and
-  /// its count read back (on the device, the step's one wait); when every rank was finite,
-  /// g = the sums / W. The traffic counts the kept values as the payload's elements.
+  /// and W * most * (index + value bytes) >= 4 n, by one allreduce of n + 1 floats instead, the
+  /// phases below on the state's buffer: the verdicts and this rank's count read back (on the
+  /// device, the step's one wait). The traffic counts the kept values as the payload's elements.
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     this->begin_step(st, inout.size(), coll);
     if (!averages_densely(st.layer, coll.size())) return this->average_by_allgather(st, inout, coll);
     Exec& exec = *this->exec_;
-    const std::size_t n = inout.size();
-    if (st.dense_.size() != n + 1) {
+    if (st.dense_.size() != inout.size() + 1) {
       exec.synchronize();  // work enqueued before may still use the buffer replaced
-      st.dense_ = float_array_for<Exec>(exec, n + 1);
+      st.dense_ = float_array_for<Exec>(exec, inout.size() + 1);
     }
-    st.slots_.prepare(exec, 1, this->max_payload_bytes(st));  // the device's scratch
-    const std::span<float> dense = st.dense_.span();
-    const auto [memory, staged] = this->compensation(st);
-    const auto words = select_into_dense(exec, st.plan_, sample_key(st, coll.rank()), inout, memory, staged, st.work_,
-                                         st.slots_.mine(0), dense.first(n));
-    flag_to_float(exec, words.non_finite, dense.data() + n);
-    coll.allreduce_sum(dense);
-    float flag = 0.0f;
-    unsigned own = 0;
-    typename decltype(words)::count_type count = 0;
-    copy_word(exec, flag, dense.data() + n);
-    copy_word(exec, own, words.non_finite);
-    copy_word(exec, count, words.count);
+    const std::span<float> parts[] = {st.dense_.span()};
+    begin(st, inout, parts, coll.rank(), coll.size());
+    coll.allreduce_sum(parts[0]);
+    finish(st, inout, parts, coll.size());
     exec.synchronize();
-    const reduce_result r{flag != 0.0f ? step_status::non_finite : step_status::ok,
-                          {(n + 1) * sizeof(float), n + 1, own != 0 ? 0 : std::size_t{count}}};
-    if (r.status == step_status::ok)
-      divide(exec, inout, std::span<const float>(dense.first(n)), static_cast<float>(coll.size()));
-    return this->conclude(st, r);
+    return conclude(st);
+  }
+
+  // Phases (concepts.hpp, PhasedCompressor) of a step averaged densely (rounds() says when):
+  // part 0 holds the kept entries written densely, then the verdict. Not yet for a step averaged
+  // by allgather: begin raises bellows::error for it.
+
+  /// The selection from m = grad + e written densely into part 0 (the next memory staged), and
+  /// this rank's verdict after it; its verdict and count copied back.
+  void begin(state& st, std::span<const float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
+    Exec& exec = *this->exec_;
+    this->begin_phases(st, grad.size(), parts, ranks);
+    const std::size_t n = grad.size();
+    st.slots_.prepare(exec, 1, this->max_payload_bytes(st));  // the device's scratch
+    const auto [memory, staged] = this->compensation(st);
+    const auto words = select_into_dense(exec, st.plan_, sample_key(st, rank), grad, memory, staged, st.work_,
+                                         st.slots_.mine(0), parts[0].first(n));
+    flag_to_float(exec, words.non_finite, parts[0].data() + n);
+    copy_word(exec, st.reported_[0].own, words.non_finite);
+    copy_word(exec, st.reported_[0].count, words.count);
+  }
+  /// Top-k has one round.
+  void next(state& st, std::span<const float> /*grad*/, std::size_t round, round_parts /*parts*/) {
+    fail<error>(name, ": layer '", st.layer.name, "' has no round ", round);
+  }
+  /// grad = the sums / W unless the summed verdict is not 0; the summed verdict copied back.
+  void finish(state& st, std::span<float> grad, round_parts parts, std::size_t ranks) {
+    const std::size_t n = grad.size();
+    divide(*this->exec_, grad, std::as_const(parts[0]).first(n), static_cast<float>(ranks), parts[0].data() + n);
+    copy_word(*this->exec_, st.reported_[0].sum, parts[0].data() + n);
+  }
+  /// The status and traffic; the staged memory becomes current when every rank was finite.
+  reduce_result conclude(state& st) {
+    const auto& got = st.reported_[0];
+    const std::size_t n = st.layer.size();
+    const reduce_result r{got.sum != 0.0f ? step_status::non_finite : step_status::ok,
+                          {(n + 1) * sizeof(float), n + 1, got.own != 0 ? 0 : std::size_t{got.count}}};
+    return base::conclude(st, r);
   }
 
 private:
@@ -118,6 +142,7 @@ private:
 static_assert(Compressor<topk<>, archetypes::collective>, "topk must model Compressor");
 static_assert(CheckpointedCompressor<topk<>>, "topk must model CheckpointedCompressor");
 static_assert(PayloadCodec<topk<>>, "topk must model PayloadCodec");
+static_assert(PhasedCompressor<topk<>>, "topk must model PhasedCompressor");
 
 template <>
 struct method_slot<topk_method::codec.id> {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 
 #include "bellows/core/error.hpp"
 
@@ -88,5 +89,16 @@ private:
   std::array<exchange_round, capacity> rounds_{};
   std::size_t size_ = 0;
 };
+
+/// One layer's parts of the rounds of a step run by phases (concepts.hpp, PhasedCompressor): part
+/// i holds what this rank hands to round i, in the backend's memory, and after the round's
+/// allreduce the sums over the ranks.
+using round_parts = std::span<const std::span<float>>;
+
+/// Where PowerSGD's parts start: at a multiple of 16 bytes. The device's products pick their
+/// vector width, and with it the order of their sums, by the alignment of what they read and
+/// write, so a part aligned as the state's own buffers are gives the bits of reduce. An exchange
+/// layer aligns every part so; the other compressors take any float's alignment.
+inline constexpr std::size_t part_alignment = 16;
 
 }  // namespace bellows

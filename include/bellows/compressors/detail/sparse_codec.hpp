@@ -182,12 +182,20 @@ public:
   private:
     friend sparse_codec;
     friend Derived;
+    /// What a step averaged by one allreduce reads back: the summed verdict, this rank's own
+    /// verdict and its count.
+    struct reported {
+      float sum = 0.0f;
+      unsigned own = 0;
+      sparse_count_for<Exec> count = 0;
+    };
     Plan plan_{};
     Workspace work_{};
-    layer_memory<Exec> staged_;    ///< the next e, current once every rank's input proved finite
-    slots_type slots_;             ///< this step's payloads (or the device's scratch)
-    float_array_for<Exec> dense_;  ///< top-k's dense average: n sums, then the verdict
-    bool pending_ = false;         ///< a step was staged with finite input and not yet committed
+    layer_memory<Exec> staged_;                 ///< the next e, current once every rank's input proved finite
+    slots_type slots_;                          ///< this step's payloads (or the device's scratch)
+    float_array_for<Exec> dense_;               ///< top-k's dense average: n sums, then the verdict
+    host_values_for<Exec, reported> reported_;  ///< copied back by the phases of an allreduce step
+    bool pending_ = false;                      ///< a step was staged with finite input and not yet committed
   };
 
   using params_type = typename Method::params;
@@ -208,6 +216,7 @@ public:
     st.plan_ = derived().plan_for(layer);
     fit_workspace(*exec_, st.work_, st.plan_);  // a plan equal to the default one too
     fit(st);
+    st.reported_ = host_values_for<Exec, typename state::reported>(*exec_, 1);
     return st;
   }
 
@@ -296,6 +305,14 @@ protected:
     check_stream(name, st.layer, coll, *exec_);
   }
 
+  /// Before the phases of a step: the plan, workspace and memory fit this compressor, and the
+  /// gradient and the parts fit the layer and the rounds over `ranks`.
+  void begin_phases(state& st, std::size_t size, round_parts parts, std::size_t ranks) const {
+    fit(st);
+    check_buffer(name, st.layer, size);
+    check_parts(name, st.layer, derived().rounds(st, ranks), parts);
+  }
+
   /// The memory e and the buffer its successor goes to; both empty without feedback.
   [[nodiscard]] static std::pair<std::span<const float>, std::span<float>> compensation(state& st) noexcept {
     if (!st.memory.enabled()) return {};
@@ -321,11 +338,14 @@ protected:
     return conclude(st, r);
   }
 
-  /// acc[index[j]] += value[j] for the `count` entries of a payload body at `body`.
-  void add_entries(std::span<float> acc, const std::byte* body, std::size_t count) const {
+  /// acc[index[j]] += value[j] for the `count` entries of a payload body at `body`, the values
+  /// taken from `values` where it is not empty; nothing when `skip` points to a float of the
+  /// backend's memory that is not 0.
+  void add_entries(std::span<float> acc, const std::byte* body, std::size_t count, std::span<const float> values = {},
+                   const float* skip = nullptr) const {
     const auto add = [&]<class Index>(Index) {
       const auto [index, value] = payload_entries<Index>(body, count);
-      scatter_add(*exec_, acc, index, value);
+      scatter_add(*exec_, acc, index, values.empty() ? value : values, skip);
     };
     if (wide_indices(acc.size()))
       add(std::uint64_t{});

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+// The device compressors' phases (concepts.hpp, PhasedCompressor) run for many layers around one
+// allreduce per round over NCCL (tests/support/phased_layers.hpp) against each layer's own
+// reduce on the same device: the same outputs, results, memories and queries, bit for bit, with
+// the verdict that skips the layer of a NaN read on the device, not by the phases on the host.
+#include <bellows/collectives/nccl.cuh>
+#include <bellows/compressors/identity.cuh>
+#include <bellows/compressors/identity.hpp>
+#include <bellows/compressors/powersgd.cuh>
+#include <bellows/compressors/powersgd.hpp>
+#include <bellows/compressors/randk.cuh>
+#include <bellows/compressors/randk.hpp>
+#include <bellows/compressors/topk.cuh>
+#include <bellows/compressors/topk.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <span>
+
+#include "../support/phased_layers.hpp"
+#include "compressor_ranks.cuh"
+#include "device_test.cuh"
+
+namespace phases_test {
+
+/// Both ways on every device: the same runs, and one layer skipped.
+template <class Make>
+void check_phases(Make make) {
+  bellows::test::check_every_rank([&](std::size_t, bellows::collectives::nccl& coll) {
+    bellows::cuda::executor exec(coll.stream());
+    auto c = make(exec);
+    const std::span<const bellows::layer_info> layers = bellows::test::phased_layers;
+    using array = bellows::test::device_array<float>;
+    const auto want = bellows::test::run_layers<array>(c, exec, coll, layers, false, 4);
+    const auto got = bellows::test::run_layers<array>(c, exec, coll, layers, true, 4);
+    return bellows::test::same_runs(got, want) && bellows::test::skipped(got) == 1;
+  });
+}
+
+}  // namespace phases_test
+
+TEST_CASE("cuda phases: identity over one bucket equals each layer's reduce" *
+          doctest::skip(bellows::test::no_device())) {
+  phases_test::check_phases([](bellows::cuda::executor& exec) { return bellows::identity<bellows::cuda::executor>(exec); });
+}
+
+TEST_CASE("cuda phases: powersgd over one bucket equals each layer's reduce" *
+          doctest::skip(bellows::test::no_device())) {
+  for (const bool warm : {true, false})
+    for (const std::size_t rank : {1u, 4u}) {
+      CAPTURE(rank);
+      CAPTURE(warm);
+      phases_test::check_phases([&](bellows::cuda::executor& exec) {
+        return bellows::powersgd<bellows::cuda::executor>({.rank = rank, .warm_start = warm, .seed = 9}, exec);
+      });
+    }
+}
+
+TEST_CASE("cuda phases: top-k averaged densely over one bucket equals each layer's reduce" *
+          doctest::skip(bellows::test::no_device())) {
+  for (const bellows::topk_mode mode : {bellows::topk_mode::exact, bellows::topk_mode::approximate}) {
+    CAPTURE(static_cast<int>(mode));
+    phases_test::check_phases([&](bellows::cuda::executor& exec) {
+      return bellows::topk<bellows::cuda::executor>({.ratio = 0.5, .mode = mode}, exec);
+    });
+  }
+}
+
+TEST_CASE("cuda phases: rand-k with shared indices over one bucket equals each layer's reduce" *
+          doctest::skip(bellows::test::no_device())) {
+  phases_test::check_phases([](bellows::cuda::executor& exec) {
+    return bellows::randk<bellows::cuda::executor>({.ratio = 0.2, .mode = bellows::randk_mode::shared}, exec);
+  });
+}
