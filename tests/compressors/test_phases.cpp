@@ -136,5 +136,6 @@ TEST_CASE("phases: parts that do not fit the rounds are refused before anything 
   auto sst = sparse.make_state({0, "fc", bellows::shape{24, 20}});
   std::vector<float> part(sparse.rounds(sst, 2)[0].bytes / sizeof(float));
   const std::span<float> gather[] = {part};
-  CHECK_THROWS_WITH_AS(sparse.begin(sst, g, gather, 0, 2), doctest::Contains("round 0 is an allgather"), bellows::error);
+  CHECK_THROWS_WITH_AS(sparse.begin(sst, g, gather, 0, 2), doctest::Contains("round 0 is an allgather"),
+                       bellows::error);
 }

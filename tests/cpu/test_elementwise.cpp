@@ -118,6 +118,25 @@ TEST_CASE("divide(out, x, d): out = x / d, the same bits as divide in place") {
   CHECK_THROWS_AS(bellows::cpu::divide(exec, short_out, x, 2.0f), bellows::error);
 }
 
+TEST_CASE("fill and divide gated by a verdict: the ungated bits when it is 0, nothing written when not") {
+  const std::size_t n = 2 * bellows::cpu::elementwise_chunk + 9;
+  const auto x = bellows::testing::normal_floats(n, 8);
+  bellows::cpu::executor exec(3);
+  for (const float verdict : {0.0f, 1.0f, 3.0f, -0.0f}) {
+    CAPTURE(verdict);
+    const bool runs = verdict == 0.0f;  // -0 is 0: a summed verdict of no rank
+    std::vector<float> want(n, 5.0f), out(n, 5.0f);
+    if (runs) bellows::cpu::divide(exec, want, x, 3.0f);
+    bellows::cpu::divide(exec, out, x, 3.0f, &verdict);
+    CHECK(std::memcmp(out.data(), want.data(), n * sizeof(float)) == 0);
+    std::vector<float> same(x);  // in place, by 1: a copy onto itself
+    bellows::cpu::divide(exec, same, same, 1.0f, &verdict);
+    CHECK(std::memcmp(same.data(), x.data(), n * sizeof(float)) == 0);
+    bellows::cpu::fill(exec, out, -1.5f, &verdict);
+    CHECK(out == (runs ? std::vector<float>(n, -1.5f) : want));
+  }
+}
+
 TEST_CASE("add: out = a + b, in place on either side, for any thread count") {
   const std::size_t n = 2 * bellows::cpu::elementwise_chunk + 5;
   const auto a = bellows::testing::normal_floats(n, 21);

@@ -98,6 +98,13 @@ TEST_CASE("reconstruct_update writes P Q^T and leaves M - P Q^T in the memory") 
       CHECK(same_bits(g1, g3));
       CHECK(same_bits(e1, e3));
       CHECK(same_bits(g0, g1));
+      // gated by a verdict: nothing written when it is not 0, the same bits when it is
+      const float raised = 2.0f, clear = 0.0f;
+      auto gs = g, es = e;
+      bellows::cpu::reconstruct_update(three, gs, es, n, m, p, q, &raised);
+      CHECK((same_bits(gs, g) && same_bits(es, e)));
+      bellows::cpu::reconstruct_update(three, gs, es, n, m, p, q, &clear);
+      CHECK((same_bits(gs, g1) && same_bits(es, e1)));
       for (std::size_t i = 0; i < n; ++i)
         for (std::size_t j = 0; j < m; ++j) {
           double out = 0;

@@ -55,6 +55,13 @@ TEST_CASE("scatter_add: adds each value at its index, 32- and 64-bit indices") {
   bellows::cpu::scatter_add(exec, acc64, std::span<const std::uint64_t>(wide), value);
   CHECK(same_bits(acc, expected));
   CHECK(same_bits(acc64, expected));
+  // gated by a verdict: nothing added when it is not 0, the same sums when it is
+  const float raised = 1.0f, clear = 0.0f;
+  std::vector<float> gated(n, 1.0f);
+  bellows::cpu::scatter_add(exec, gated, std::span<const std::uint32_t>(index), value, &raised);
+  CHECK(same_bits(gated, std::vector<float>(n, 1.0f)));
+  bellows::cpu::scatter_add(exec, gated, std::span<const std::uint32_t>(index), value, &clear);
+  CHECK(same_bits(gated, expected));
 }
 
 namespace {

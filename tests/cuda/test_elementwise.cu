@@ -61,6 +61,17 @@ TEST_CASE("cuda elementwise: the CPU kernels' bits, at n = 0, 1 and beyond one g
 
     bellows::cuda::fill(dev, out.span(), -2.5f);
     CHECK(same_bytes(out.host(), std::vector<float>(n, -2.5f)));
+
+    // gated by a verdict in device memory: the bits above when it is 0, nothing when it is not
+    for (const float verdict : {0.0f, 2.0f}) {
+      bellows::test::device_array<float> skip(std::vector<float>{verdict}), gated(std::vector<float>(n, 4.0f));
+      std::vector<float> expect(n, 4.0f);
+      if (verdict == 0.0f) bellows::cpu::divide(host, expect, a, 3.0f);
+      bellows::cuda::divide(dev, gated.span(), bellows::test::device_array<float>(a).span(), 3.0f, skip.span().data());
+      CHECK(same_bytes(gated.host(), expect));
+      bellows::cuda::fill(dev, gated.span(), 7.0f, skip.span().data());
+      CHECK(same_bytes(gated.host(), verdict == 0.0f ? std::vector<float>(n, 7.0f) : expect));
+    }
   }
 }
 

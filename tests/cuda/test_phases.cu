@@ -42,7 +42,8 @@ void check_phases(Make make) {
 
 TEST_CASE("cuda phases: identity over one bucket equals each layer's reduce" *
           doctest::skip(bellows::test::no_device())) {
-  phases_test::check_phases([](bellows::cuda::executor& exec) { return bellows::identity<bellows::cuda::executor>(exec); });
+  phases_test::check_phases(
+      [](bellows::cuda::executor& exec) { return bellows::identity<bellows::cuda::executor>(exec); });
 }
 
 TEST_CASE("cuda phases: powersgd over one bucket equals each layer's reduce" *

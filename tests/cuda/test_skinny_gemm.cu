@@ -171,8 +171,11 @@ TEST_CASE("cuda reconstruct_update: the CPU's g and e, bit for bit, with and wit
         bellows::cpu::reconstruct_update(host, g1, e1, n, m, p, q);
         bellows::cpu::reconstruct_update(host, g0, {}, n, m, p, q);
         const shifted_array dg(g, shift), de(e, shift), dg0(g, shift);
-        const device_array<float> dp(p), dq(q);
-        bellows::cuda::reconstruct_update(dev, dg.span(), de.span(), n, m, dp.span(), dq.span());
+        const device_array<float> dp(p), dq(q), raised(std::vector<float>{1.0f}), clear(std::vector<float>{0.0f});
+        // gated by a verdict in device memory: nothing written while it is raised
+        bellows::cuda::reconstruct_update(dev, dg.span(), de.span(), n, m, dp.span(), dq.span(), raised.span().data());
+        CHECK((same_bytes(dg.host(), g) && same_bytes(de.host(), e)));
+        bellows::cuda::reconstruct_update(dev, dg.span(), de.span(), n, m, dp.span(), dq.span(), clear.span().data());
         bellows::cuda::reconstruct_update(dev, dg0.span(), {}, n, m, dp.span(), dq.span());
         CHECK(same_bytes(dg.host(), g1));
         CHECK(same_bytes(de.host(), e1));

@@ -98,8 +98,8 @@ layered_run run_layers(C& c, Exec& exec, Coll& coll, std::span<const layer_info>
 /// others, layers PowerSGD leaves dense (a vector, a scalar, a matrix too small for rank 4), so
 /// that one bucket holds layers of one round and of two.
 inline const layer_info phased_layers[] = {
-    {0, "bias", shape{30}},  {1, "fc", shape{24, 20}},   {2, "conv", shape{8, 3, 3, 3}},
-    {3, "scale", shape{}},   {4, "small", shape{5, 4}}, {5, "wide", shape{7, 64}},
+    {0, "bias", shape{30}}, {1, "fc", shape{24, 20}},  {2, "conv", shape{8, 3, 3, 3}},
+    {3, "scale", shape{}},  {4, "small", shape{5, 4}}, {5, "wide", shape{7, 64}},
 };
 
 /// True when two runs saw the same bits, results and checkpoints.
@@ -118,9 +118,8 @@ inline bool same_runs(const layered_run& a, const layered_run& b) {
 
 /// The layers one run skipped.
 inline std::size_t skipped(const layered_run& r) {
-  return static_cast<std::size_t>(std::ranges::count_if(r.results, [](const reduce_result& x) {
-    return x.status == step_status::non_finite;
-  }));
+  return static_cast<std::size_t>(
+      std::ranges::count_if(r.results, [](const reduce_result& x) { return x.status == step_status::non_finite; }));
 }
 
 }  // namespace bellows::test
