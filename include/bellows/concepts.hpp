@@ -125,31 +125,33 @@ concept Compressor = Collective<Coll> &&
 };
 
 /// PhasedCompressor: a compressor whose step a caller can run as phases around exchanges it
-/// makes itself, one collective call per round for many layers
+/// makes itself, one collective call per round and operation for many layers
 /// (docs/spec.md#phases-a-step-around-exchanges-the-caller-makes). The caller sizes one part per
-/// round from `rounds(state, ranks)` (Compressor 4): part i holds rounds[i].bytes / 4 floats in
-/// the backend's memory, from a multiple of part_alignment (core/traffic.hpp; PowerSGD refuses
-/// others), and every round is allreduce_sum (the phases of allgather rounds are not written
-/// yet: begin raises bellows::error for them). No phase reads a verdict on the host: one that
-/// gates a later write is read where the kernels run.
+/// round from `rounds(state, ranks)` (Compressor 4): rounds[i].bytes of the backend's memory
+/// (round_part, core/traffic.hpp), from a multiple of part_alignment for PowerSGD and of 8 bytes
+/// for an allgather's payload. An allreduce_sum round sums the part in place; an allgather round
+/// gathers the part (begin's) into every rank's copy, `stride` floats apart (finish's part is
+/// rank 0's copy). No phase reads a verdict on the host, except that the device's finish of an
+/// allgather round waits for its payloads' verdicts (one wait per layer, as reduce's).
 ///  1. `c.begin(state, grad, parts, rank, ranks)`: what this rank hands to round 0, written into
-///     parts[0] from grad (and the error memory).
-///  2. `c.next(state, grad, round, parts)`, for round 1, 2, ...: once parts[0 .. round - 1] hold
-///     their sums over the ranks, writes parts[round]. It may change the parts before it.
-///  3. `c.finish(state, grad, parts, ranks)`: once every part holds its sum, grad becomes the
-///     average and the next memory is written, unless some rank's input was not finite (then
-///     neither is touched); the verdicts are copied to the host.
+///     part 0 from grad (and the error memory).
+///  2. `c.next(state, grad, round, parts)`, for round 1, 2, ...: once the parts before hold
+///     their sums over the ranks, writes part `round`. It may change the parts before it.
+///  3. `c.finish(state, grad, parts, rank, ranks)`: once every part holds its sums or its
+///     gathered copies, grad becomes the average and the next memory is written, unless some
+///     rank's input was not finite (then neither is touched); a malformed gathered payload raises
+///     bellows::wire_error before anything changes.
 ///  4. `c.conclude(state)` -> reduce_result: after the executor's synchronize(): the step's
 ///     status and traffic, as reduce returns them; when ok, the step is committed (the memory and
 ///     the query take their next values, the counter advances).
-/// reduce makes the same calls with the state's own parts. Models: identity, powersgd, topk and
-/// randk (the steps of theirs that rounds() gives as one allreduce).
+/// reduce makes the same calls, or their pieces, on the state's own buffers. Models: every
+/// compressor of the list.
 template <class C>
 concept PhasedCompressor = requires(C& c, typename C::state& st, std::span<const float> grad, std::span<float> out,
                                     round_parts parts, std::size_t i) {
   c.begin(st, grad, parts, i, i);
   c.next(st, grad, i, parts);
-  c.finish(st, out, parts, i);
+  c.finish(st, out, parts, i, i);
   { c.conclude(st) } -> std::same_as<reduce_result>;
 };
 

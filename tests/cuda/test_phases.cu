@@ -1,15 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // The device compressors' phases (concepts.hpp, PhasedCompressor) run for many layers around one
-// allreduce per round over NCCL (tests/support/phased_layers.hpp) against each layer's own
+// call per round and operation over NCCL (tests/support/phased_layers.hpp: the allreduced parts
+// in one buffer, the payloads gathered in place by allgather_slots) against each layer's own
 // reduce on the same device: the same outputs, results, memories and queries, bit for bit, with
-// the verdict that skips the layer of a NaN read on the device, not by the phases on the host.
+// the layer of a NaN skipped alone.
 #include <bellows/collectives/nccl.cuh>
 #include <bellows/compressors/identity.cuh>
 #include <bellows/compressors/identity.hpp>
 #include <bellows/compressors/powersgd.cuh>
 #include <bellows/compressors/powersgd.hpp>
+#include <bellows/compressors/qsgd.cuh>
+#include <bellows/compressors/qsgd.hpp>
 #include <bellows/compressors/randk.cuh>
 #include <bellows/compressors/randk.hpp>
+#include <bellows/compressors/signsgd.cuh>
+#include <bellows/compressors/signsgd.hpp>
 #include <bellows/compressors/topk.cuh>
 #include <bellows/compressors/topk.hpp>
 
@@ -73,4 +78,27 @@ TEST_CASE("cuda phases: rand-k with shared indices over one bucket equals each l
   phases_test::check_phases([](bellows::cuda::executor& exec) {
     return bellows::randk<bellows::cuda::executor>({.ratio = 0.2, .mode = bellows::randk_mode::shared}, exec);
   });
+}
+
+TEST_CASE("cuda phases: the allgather codecs over one bucket equal each layer's reduce" *
+          doctest::skip(bellows::test::no_device())) {
+  using exec_type = bellows::cuda::executor;
+  SUBCASE("qsgd") {
+    phases_test::check_phases([](exec_type& exec) {
+      return bellows::qsgd<exec_type>({.bits = 4, .bucket = 64, .feedback = bellows::feedback::residual}, exec);
+    });
+  }
+  SUBCASE("signsgd") {
+    phases_test::check_phases([](exec_type& exec) { return bellows::signsgd<exec_type>({}, exec); });
+  }
+  SUBCASE("top-k: small layers switch to an allreduce beside the others' allgather") {
+    phases_test::check_phases([](exec_type& exec) {
+      return bellows::topk<exec_type>({.ratio = 0.05, .mode = bellows::topk_mode::approximate}, exec);
+    });
+  }
+  SUBCASE("rand-k per rank") {
+    phases_test::check_phases([](exec_type& exec) {
+      return bellows::randk<exec_type>({.ratio = 0.1, .mode = bellows::randk_mode::per_rank}, exec);
+    });
+  }
 }

@@ -96,14 +96,14 @@ public:
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     detail::check_stream("identity", st.layer, coll, *exec_);
-    const std::span<float> parts[] = {st.flag.span(), inout};
+    const round_part parts[] = {{st.flag.span()}, {inout}};
     begin(st, inout, parts, coll.rank(), coll.size());
-    coll.allreduce_sum(parts[0]);
+    coll.allreduce_sum(parts[0].values);
     next(st, inout, 1, parts);
     exec_->synchronize();
     if (st.verdict[0] != 0.0f) return conclude(st);  // no rank sends its data
-    coll.allreduce_sum(parts[1]);
-    finish(st, inout, parts, coll.size());
+    coll.allreduce_sum(parts[1].values);
+    finish(st, inout, parts, coll.rank(), coll.size());
     return conclude(st);  // finish copies nothing back: the verdict read above is the step's
   }
 
@@ -113,18 +113,18 @@ public:
   void begin(state& st, std::span<const float> grad, round_parts parts, std::size_t /*rank*/, std::size_t ranks) {
     detail::check_buffer("identity", st.layer, grad.size());
     detail::check_parts("identity", st.layer, rounds(st, ranks), parts);
-    fill(*exec_, parts[0], 0.0f);
-    flag_non_finite(*exec_, grad, parts[0].data());
+    fill(*exec_, parts[0].values, 0.0f);
+    flag_non_finite(*exec_, grad, parts[0].values.data());
   }
   /// The summed verdict copied to the host, and grad into parts[1] (nothing to copy when
   /// parts[1] is grad).
   void next(state& st, std::span<const float> grad, std::size_t /*round*/, round_parts parts) {
-    copy_word(*exec_, st.verdict[0], parts[0].data());
-    if (parts[1].data() != grad.data()) copy(*exec_, parts[1], grad);
+    copy_word(*exec_, st.verdict[0], parts[0].values.data());
+    if (parts[1].values.data() != grad.data()) copy(*exec_, parts[1].values, grad);
   }
   /// grad = the sums / W, unless the summed verdict is not 0.
-  void finish(state& /*st*/, std::span<float> grad, round_parts parts, std::size_t ranks) {
-    divide(*exec_, grad, parts[1], static_cast<float>(ranks), parts[0].data());
+  void finish(state& /*st*/, std::span<float> grad, round_parts parts, std::size_t /*rank*/, std::size_t ranks) {
+    divide(*exec_, grad, parts[1].values, static_cast<float>(ranks), parts[0].values.data());
   }
   /// The status and traffic; the counter advances when every rank's input was finite.
   reduce_result conclude(state& st) {

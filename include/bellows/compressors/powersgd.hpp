@@ -95,17 +95,17 @@ public:
     detail::check_buffer(name, st.layer, inout.size());
     detail::check_stream(name, st.layer, coll, *this->exec_);
     this->follow_rank(st);  // before the parts are taken from the buffers it may replace
-    const std::span<float> parts[] = {st.exchange.span(), st.next.span()};
+    const round_part parts[] = {{st.exchange.span()}, {st.next.span()}};
     const round_parts used(parts, st.compressed() ? 2 : 1);
     begin(st, inout, used, coll.rank(), coll.size());
-    coll.allreduce_sum(parts[0]);
+    coll.allreduce_sum(parts[0].values);
     if (st.compressed()) {
       next(st, inout, 1, used);
       this->exec_->synchronize();
       if (st.verdicts[0] != 0.0f) return conclude(st);  // no rank sends its Q
-      coll.allreduce_sum(parts[1]);
+      coll.allreduce_sum(parts[1].values);
     }
-    finish(st, inout, used, coll.size());
+    finish(st, inout, used, coll.rank(), coll.size());
     this->exec_->synchronize();
     return conclude(st);
   }
@@ -123,9 +123,9 @@ public:
     detail::check_parts(name, st.layer, this->rounds(st, ranks), parts, part_alignment);
     st.verdicts[0] = st.verdicts[1] = 0.0f;
     const std::size_t n = st.compressed() ? st.rows * st.rank : grad.size();
-    const std::span<float> values = parts[0].first(n);
-    float* vote = parts[0].data() + n;
-    fill(exec, parts[0].subspan(n), 0.0f);
+    const std::span<float> values = parts[0].values.first(n);
+    float* vote = parts[0].values.data() + n;
+    fill(exec, parts[0].values.subspan(n), 0.0f);
     if (st.compressed()) {
       prepare_query(st);
       project_rows(exec, matrix(st, grad), std::as_const(st.next).span(), values);
@@ -143,30 +143,30 @@ public:
   void next(state& st, std::span<const float> grad, std::size_t round, round_parts parts) {
     Exec& exec = *this->exec_;
     BELLOWS_EXPECTS(st.compressed() && round == 1, name, ": layer '", st.layer.name, "' has no round ", round);
-    const std::span<float> p = parts[0].first(st.rows * st.rank);
-    float* vote = parts[0].data() + p.size();
+    const std::span<float> p = parts[0].values.first(st.rows * st.rank);
+    float* vote = parts[0].values.data() + p.size();
     flag_non_finite(exec, std::span<const float>(p), vote);
     copy_word(exec, st.verdicts[0], vote);
     orthogonalize(exec, p, st.rows, this->params_.orthogonalization_eps);
-    project_cols(exec, matrix(st, grad), std::as_const(p), parts[1]);
+    project_cols(exec, matrix(st, grad), std::as_const(p), parts[1].values);
   }
 
   /// From the summed parts: Q = the sum / W, the verdict raised where it is not finite, then
   /// grad = P Q^T and e = M - grad unless the verdict is not 0 (read on the device); the verdict
   /// copied to the host. A dense layer: grad = the sums / W unless its verdict is not 0.
-  void finish(state& st, std::span<float> grad, round_parts parts, std::size_t ranks) {
+  void finish(state& st, std::span<float> grad, round_parts parts, std::size_t /*rank*/, std::size_t ranks) {
     Exec& exec = *this->exec_;
     if (!st.compressed()) {
-      divide(exec, grad, std::as_const(parts[0]).first(grad.size()), static_cast<float>(ranks),
-             parts[0].data() + grad.size());
-      copy_word(exec, st.verdicts[0], parts[0].data() + grad.size());
+      divide(exec, grad, std::as_const(parts[0].values).first(grad.size()), static_cast<float>(ranks),
+             parts[0].values.data() + grad.size());
+      copy_word(exec, st.verdicts[0], parts[0].values.data() + grad.size());
       return;
     }
-    const std::span<const float> p = std::as_const(parts[0]).first(st.rows * st.rank);
-    const float* vote = parts[0].data() + p.size();
-    const std::span<float> q = parts[1];
+    const std::span<const float> p = std::as_const(parts[0].values).first(st.rows * st.rank);
+    const float* vote = parts[0].values.data() + p.size();
+    const std::span<float> q = parts[1].values;
     if (ranks != 1) divide(exec, q, static_cast<float>(ranks));
-    flag_non_finite(exec, std::span<const float>(q), parts[0].data() + p.size());
+    flag_non_finite(exec, std::span<const float>(q), parts[0].values.data() + p.size());
     reconstruct_update(exec, grad, st.memory.span(), st.rows, st.cols, p, std::as_const(q), vote);
     if (q.data() != st.next.span().data()) copy(exec, st.next.span(), std::as_const(q));
     copy_word(exec, st.verdicts[1], vote);

@@ -60,6 +60,7 @@ private:
 static_assert(Compressor<qsgd<>, archetypes::collective>, "qsgd must model Compressor");
 static_assert(CheckpointedCompressor<qsgd<>>, "qsgd must model CheckpointedCompressor");
 static_assert(PayloadCodec<qsgd<>>, "qsgd must model PayloadCodec");
+static_assert(PhasedCompressor<qsgd<>>, "qsgd must model PhasedCompressor");
 
 template <>
 struct method_slot<qsgd_method::codec.id> {

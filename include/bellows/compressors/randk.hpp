@@ -59,41 +59,45 @@ public:
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     this->begin_step(st, inout.size(), coll);
     if (params_.mode == randk_mode::per_rank) return this->average_by_allgather(st, inout, coll);
-    const std::span<float> parts[] = {shared_values(st)};
+    const round_part parts[] = {{shared_values(st)}};
     begin(st, inout, parts, coll.rank(), coll.size());
-    coll.allreduce_sum(parts[0]);
-    finish(st, inout, parts, coll.size());
+    coll.allreduce_sum(parts[0].values);
+    finish(st, inout, parts, coll.rank(), coll.size());
     this->exec_->synchronize();
     return conclude(st);
   }
 
-  // Phases (concepts.hpp, PhasedCompressor) of a step in shared mode: part 0 holds the k values
-  // drawn, then the verdict. Not yet for per-rank mode (an allgather): begin raises
-  // bellows::error for it.
+  // Phases (concepts.hpp, PhasedCompressor), one round: in shared mode an allreduce of the k
+  // values drawn and the verdict after them in part 0; per rank, an allgather of this rank's
+  // payload in part 0 (detail::sparse_codec).
 
-  /// The draw's entries of m = grad + e into the state's payload slot (the next memory staged),
-  /// their values and this rank's verdict into part 0.
+  /// The draw's entries of m = grad + e (the next memory staged): per rank, a payload in part 0;
+  /// shared, into the state's payload slot, their values and this rank's verdict into part 0.
   void begin(state& st, std::span<const float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
     Exec& exec = *this->exec_;
     this->begin_phases(st, grad.size(), parts, ranks);
+    if (params_.mode == randk_mode::per_rank) return this->begin_gathered(st, grad, parts, rank, ranks);
+    st.by_allgather_ = false;
     const std::span<float> values = shared_values(st);
     const auto [memory, staged] = this->compensation(st);
     const auto words = select(st, grad, memory, staged, st.slots_.mine(0).subspan(wire::header_bytes), rank);
     const std::size_t k = st.plan_.k;
-    if (parts[0].data() != values.data()) copy(exec, parts[0].first(k), std::as_const(values).first(k));
-    flag_to_float(exec, words.non_finite, parts[0].data() + k);
+    if (parts[0].values.data() != values.data()) copy(exec, parts[0].values.first(k), std::as_const(values).first(k));
+    flag_to_float(exec, words.non_finite, parts[0].values.data() + k);
   }
   /// Rand-k has one round.
   void next(state& st, std::span<const float> /*grad*/, std::size_t round, round_parts /*parts*/) {
     fail<error>(name, ": layer '", st.layer.name, "' has no round ", round);
   }
-  /// The summed values / W, then, unless the summed verdict is not 0, grad = them scattered into
+  /// Per rank, the gathered payloads validated and averaged (detail::sparse_codec). Shared: the
+  /// summed values / W, then, unless the summed verdict is not 0, grad = them scattered into
   /// zeros at the draw's indices; the summed verdict copied back.
-  void finish(state& st, std::span<float> grad, round_parts parts, std::size_t ranks) {
+  void finish(state& st, std::span<float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
+    if (st.by_allgather_) return this->finish_gathered(st, grad, parts, rank, ranks);
     Exec& exec = *this->exec_;
     const std::size_t k = st.plan_.k;
-    const std::span<float> values = parts[0].first(k);
-    const float* skip = parts[0].data() + k;
+    const std::span<float> values = parts[0].values.first(k);
+    const float* skip = parts[0].values.data() + k;
     if (ranks != 1) divide(exec, values, static_cast<float>(ranks));
     fill(exec, grad, 0.0f, skip);
     this->add_entries(grad, st.slots_.mine(0).data() + wire::header_bytes, k, values, skip);
@@ -101,6 +105,7 @@ public:
   }
   /// The status and traffic; the staged memory becomes current when every rank was finite.
   reduce_result conclude(state& st) {
+    if (st.by_allgather_) return base::conclude(st, st.gathered_);
     const std::size_t k = st.plan_.k;
     const reduce_result r{st.reported_[0].sum != 0.0f ? step_status::non_finite : step_status::ok,
                           {(k + 1) * sizeof(float), k + 1, k}};

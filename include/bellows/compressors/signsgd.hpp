@@ -65,6 +65,7 @@ private:
 static_assert(Compressor<signsgd<>, archetypes::collective>, "signsgd must model Compressor");
 static_assert(CheckpointedCompressor<signsgd<>>, "signsgd must model CheckpointedCompressor");
 static_assert(PayloadCodec<signsgd<>>, "signsgd must model PayloadCodec");
+static_assert(PhasedCompressor<signsgd<>>, "signsgd must model PhasedCompressor");
 
 template <>
 struct method_slot<signsgd_method::codec.id> {

@@ -65,29 +65,31 @@ public:
       exec.synchronize();  // work enqueued before may still use the buffer replaced
       st.dense_ = float_array_for<Exec>(exec, inout.size() + 1);
     }
-    const std::span<float> parts[] = {st.dense_.span()};
+    const round_part parts[] = {{st.dense_.span()}};
     begin(st, inout, parts, coll.rank(), coll.size());
-    coll.allreduce_sum(parts[0]);
-    finish(st, inout, parts, coll.size());
+    coll.allreduce_sum(parts[0].values);
+    finish(st, inout, parts, coll.rank(), coll.size());
     exec.synchronize();
     return conclude(st);
   }
 
-  // Phases (concepts.hpp, PhasedCompressor) of a step averaged densely (rounds() says when):
-  // part 0 holds the kept entries written densely, then the verdict. Not yet for a step averaged
-  // by allgather: begin raises bellows::error for it.
+  // Phases (concepts.hpp, PhasedCompressor), one round as rounds() says: an allgather of this
+  // rank's payload in part 0 (detail::sparse_codec), or, with the dense switch, an allreduce of
+  // the kept entries written densely and the verdict after them.
 
-  /// The selection from m = grad + e written densely into part 0 (the next memory staged), and
-  /// this rank's verdict after it; its verdict and count copied back.
+  /// The selection from m = grad + e (the next memory staged) into part 0: a payload, or the
+  /// entries written densely and this rank's verdict, whose verdict and count are copied back.
   void begin(state& st, std::span<const float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
     Exec& exec = *this->exec_;
     this->begin_phases(st, grad.size(), parts, ranks);
+    if (!averages_densely(st.layer, ranks)) return this->begin_gathered(st, grad, parts, rank, ranks);
+    st.by_allgather_ = false;
     const std::size_t n = grad.size();
     st.slots_.prepare(exec, 1, this->max_payload_bytes(st));  // the device's scratch
     const auto [memory, staged] = this->compensation(st);
     const auto words = select_into_dense(exec, st.plan_, sample_key(st, rank), grad, memory, staged, st.work_,
-                                         st.slots_.mine(0), parts[0].first(n));
-    flag_to_float(exec, words.non_finite, parts[0].data() + n);
+                                         st.slots_.mine(0), parts[0].values.first(n));
+    flag_to_float(exec, words.non_finite, parts[0].values.data() + n);
     copy_word(exec, st.reported_[0].own, words.non_finite);
     copy_word(exec, st.reported_[0].count, words.count);
   }
@@ -95,14 +97,18 @@ public:
   void next(state& st, std::span<const float> /*grad*/, std::size_t round, round_parts /*parts*/) {
     fail<error>(name, ": layer '", st.layer.name, "' has no round ", round);
   }
-  /// grad = the sums / W unless the summed verdict is not 0; the summed verdict copied back.
-  void finish(state& st, std::span<float> grad, round_parts parts, std::size_t ranks) {
+  /// The gathered payloads validated and averaged (detail::sparse_codec); or grad = the sums / W
+  /// unless the summed verdict is not 0, the summed verdict copied back.
+  void finish(state& st, std::span<float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
+    if (st.by_allgather_) return this->finish_gathered(st, grad, parts, rank, ranks);
     const std::size_t n = grad.size();
-    divide(*this->exec_, grad, std::as_const(parts[0]).first(n), static_cast<float>(ranks), parts[0].data() + n);
-    copy_word(*this->exec_, st.reported_[0].sum, parts[0].data() + n);
+    divide(*this->exec_, grad, std::as_const(parts[0].values).first(n), static_cast<float>(ranks),
+           parts[0].values.data() + n);
+    copy_word(*this->exec_, st.reported_[0].sum, parts[0].values.data() + n);
   }
   /// The status and traffic; the staged memory becomes current when every rank was finite.
   reduce_result conclude(state& st) {
+    if (st.by_allgather_) return base::conclude(st, st.gathered_);
     const auto& got = st.reported_[0];
     const std::size_t n = st.layer.size();
     const reduce_result r{got.sum != 0.0f ? step_status::non_finite : step_status::ok,

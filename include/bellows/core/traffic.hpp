@@ -90,10 +90,18 @@ private:
   std::size_t size_ = 0;
 };
 
-/// One layer's parts of the rounds of a step run by phases (concepts.hpp, PhasedCompressor): part
-/// i holds what this rank hands to round i, in the backend's memory, and after the round's
-/// allreduce the sums over the ranks.
-using round_parts = std::span<const std::span<float>>;
+/// One layer's part of one round of a step run by phases (concepts.hpp, PhasedCompressor), in the
+/// backend's memory, rounds()[i].bytes long:
+///  - allreduce_sum: `values`, what this rank hands over, which the call sums in place;
+///  - allgather: at begin, `values` is where this rank's payload goes; at finish, rank 0's copy
+///    of it in the gathered buffer, rank r's copy starting `stride` floats after rank r - 1's.
+struct round_part {
+  std::span<float> values;
+  std::size_t stride = 0;
+};
+
+/// One layer's parts of the rounds of a step, one per round.
+using round_parts = std::span<const round_part>;
 
 /// Where PowerSGD's parts start: at a multiple of 16 bytes. The device's products pick their
 /// vector width, and with it the order of their sums, by the alignment of what they read and

@@ -5,6 +5,7 @@
 // what was gathered (each payload by the codec's host check, in rank order).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -34,11 +35,21 @@ public:
     unsigned* non_finite = &flag;
   };
 
-  /// Makes room for this rank's payload of `bytes` (allocating only to grow) and clears the flag.
+  /// Makes room for this rank's payload of `bytes` (allocating only to grow; 0 for the phases,
+  /// whose payloads lie in the caller's buffers) and clears the flag.
   void prepare(executor& /*exec*/, std::size_t /*ranks*/, std::size_t bytes) {
     if (mine_.size() * 8 < bytes) mine_.resize((bytes + 7) / 8);
     bytes_ = bytes;
     flag_ = 0;
+    view_ = nullptr;
+  }
+  /// The payloads a caller gathered: `ranks` of at most `bytes`, rank r's at base + r * stride
+  /// (each as long as its header says, within `bytes`), in place of the slots' own.
+  void view(const std::byte* base, std::size_t stride, std::size_t ranks, std::size_t bytes) noexcept {
+    view_ = base;
+    view_stride_ = stride;
+    view_ranks_ = ranks;
+    view_bytes_ = bytes;
   }
   [[nodiscard]] std::span<std::byte> mine(std::size_t /*rank*/) noexcept {
     return std::as_writable_bytes(std::span(mine_)).first(bytes_);
@@ -50,9 +61,16 @@ public:
     coll.allgather(std::span<const std::byte>(mine(rank)), gathered_);
   }
 
-  [[nodiscard]] std::size_t ranks() const noexcept { return gathered_.blocks(); }
+  [[nodiscard]] std::size_t ranks() const noexcept { return view_ != nullptr ? view_ranks_ : gathered_.blocks(); }
   /// Rank r's payload as gathered.
-  [[nodiscard]] std::span<const std::byte> block(std::size_t r) const { return gathered_.block(r); }
+  [[nodiscard]] std::span<const std::byte> block(std::size_t r) const {
+    if (view_ == nullptr) return gathered_.block(r);
+    const std::span<const std::byte> slot(view_ + r * view_stride_, view_bytes_);
+    if (slot.size() < wire::header_bytes) return slot;
+    wire::header h;
+    std::memcpy(static_cast<void*>(&h), slot.data(), sizeof h);
+    return slot.first(wire::header_bytes + std::min<std::uint64_t>(h.body_bytes, slot.size() - wire::header_bytes));
+  }
 
   /// Every rank's arrays, read from validated payloads of `shape` (no allocation once the slots
   /// have held as many ranks).
@@ -78,6 +96,8 @@ private:
   std::size_t bytes_ = 0;
   unsigned flag_ = 0;
   gather_buffer gathered_;
+  const std::byte* view_ = nullptr;  // a caller's gathered payloads, when not null
+  std::size_t view_stride_ = 0, view_ranks_ = 0, view_bytes_ = 0;
   std::vector<Parts> parts_;
 };
 

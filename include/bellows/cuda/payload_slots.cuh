@@ -95,9 +95,21 @@ public:
     bytes_ = bytes;
     slot_ = (bytes + alignment - 1) / alignment * alignment;
     slots_.fit(ranks * slot_, stream);
+    base_ = slots_.data();
+    room_ = slot_;
     flags_.fit(2 * ranks + 2, stream);
     verdicts_.resize(2 * ranks + 1);
     BELLOWS_CUDA_CHECK(cudaMemsetAsync(flags_.data(), 0, (2 * ranks + 2) * sizeof(unsigned), stream));
+  }
+
+  /// The payloads a caller gathered (device memory), in place of the slots' own, after a
+  /// prepare(exec, ranks, 0) that cleared the words: rank r's, of at most `bytes`, at base + r *
+  /// stride (a multiple of 8 bytes).
+  void view(std::byte* base, std::size_t stride, std::size_t ranks, std::size_t bytes) noexcept {
+    base_ = base;
+    slot_ = stride;
+    ranks_ = ranks;
+    bytes_ = room_ = bytes;
   }
 
   /// Rank r's payload storage: the `bytes` of prepare, at the start of its slot.
@@ -111,9 +123,9 @@ public:
   [[nodiscard]] std::size_t slot() const noexcept { return slot_; }
   [[nodiscard]] std::size_t ranks() const noexcept { return ranks_; }
   /// Every slot, in rank order (device memory).
-  [[nodiscard]] std::span<std::byte> all() const noexcept { return {slots_.data(), ranks_ * slot_}; }
+  [[nodiscard]] std::span<std::byte> all() const noexcept { return {base_, ranks_ * slot_}; }
   /// The slot of rank r.
-  [[nodiscard]] std::byte* of(std::size_t r) const noexcept { return slots_.data() + r * slot_; }
+  [[nodiscard]] std::byte* of(std::size_t r) const noexcept { return base_ + r * slot_; }
   /// Set by this rank's kernels when its input is not finite.
   [[nodiscard]] unsigned* non_finite() const noexcept { return flags_.data(); }
   /// ranks() + 1 words for the validation kernels: rank r's verdict, then the worst.
@@ -135,20 +147,20 @@ public:
 
   /// After read_verdicts found a malformed payload: copies the first one back and raises the
   /// wire_error that `check(bytes)` (the CPU's validation) raises for it, naming the layer and
-  /// the rank. The bytes are as many as its header claims, within the slot, as a transport that
-  /// carries sizes would have delivered them. Should the CPU accept what the device refused,
+  /// the rank. The bytes are as many as its header claims, within the slot (a caller's payload's
+  /// room), as a transport that carries sizes would have delivered them. Should the CPU accept what the device refused,
   /// raises bellows::error, since that is a bug of bellows.
   template <class Check>
   [[noreturn]] void report_malformed(executor& exec, std::string_view who, const layer_info& layer,
                                      Check&& check) const {
     std::size_t r = 0;
     while ((verdicts_[r] & payload_malformed) == 0) ++r;
-    // a slot starts at a multiple of 256 bytes: its copy is 8-byte aligned, as the reader needs
-    with_host_copy(exec, {of(r), slot_}, [&](std::span<const std::byte> bytes) {
+    // a slot starts at a multiple of 8 bytes: so does its copy, as the reader needs
+    with_host_copy(exec, {of(r), room_}, [&](std::span<const std::byte> bytes) {
       wire::header h;
       std::memcpy(static_cast<void*>(&h), bytes.data(), sizeof h);
       const std::size_t claimed =
-          wire::header_bytes + std::min<std::uint64_t>(h.body_bytes, slot_ - wire::header_bytes);
+          wire::header_bytes + std::min<std::uint64_t>(h.body_bytes, room_ - wire::header_bytes);
       try {
         check(bytes.first(claimed));
       } catch (const wire_error& e) {
@@ -161,9 +173,10 @@ public:
 
 private:
   device_buffer<std::byte> slots_;
+  std::byte* base_ = nullptr;  ///< rank 0's slot: slots_, or a caller's gathered payloads
   device_buffer<unsigned> flags_;
   std::vector<unsigned> verdicts_;
-  std::size_t ranks_ = 0, slot_ = 0, bytes_ = 0;
+  std::size_t ranks_ = 0, slot_ = 0, bytes_ = 0, room_ = 0;
 };
 
 /// The status of one payload in device memory, as the CPU's validation gives it.

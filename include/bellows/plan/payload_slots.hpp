@@ -8,7 +8,9 @@
 //
 // Both have the same members: prepare(exec, ranks, bytes) before a step; mine(rank), this rank's
 // payload storage (bytes long, 8-byte aligned); non_finite(), the flag word its encoding kernels
-// set; gather(coll, rank), the step's one allgather; and a nested `words` type, the flag
+// set; gather(coll, rank), the step's one allgather; view(base, stride, ranks, bytes), which puts
+// payloads a caller gathered (the phases' buffers) in place of the slots' own, after a
+// prepare(exec, ranks, 0) that cleared the words; and a nested `words` type, the flag
 // and verdict words of a call on one payload (encode, validate, decode_add), made from the
 // executor: `words::reserve(exec)` at make_state, `words w(exec)` per call, with w.non_finite zero.
 // scaled_payload_of says where the parts of such a payload lie, for every backend.

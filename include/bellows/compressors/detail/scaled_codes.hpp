@@ -14,6 +14,9 @@
 //   payload (one pass on the device, the CPU's kernels in turn), and the counter advances. A
 //   flagged payload leaves g, e and the counter as they were.
 //
+// Run as phases (concepts.hpp, PhasedCompressor), begin encodes into the caller's part, the
+// caller gathers, and finish validates and averages the caller's copies (the slots' view).
+//
 // Derived (qsgd<Exec>, signsgd<Exec>) brings its name, its format (compressors/detail/*_format.hpp:
 // layout, shape, header checks) and, as private members its base may call:
 //   workspace_floats(layout): the floats of scratch its encoder needs;
@@ -58,10 +61,11 @@ public:
   struct state {
     layer_info layer;
     std::uint64_t step = 0;
-    layer_memory<Exec> memory;  ///< e, zero at first (no values without a memory)
-    array compensated;          ///< m = g + e (empty without a memory)
-    mutable array workspace;    ///< the encoder's scratch (EF-signSGD's chunk sums of long buckets)
-    slots_type slots;           ///< this step's payloads
+    layer_memory<Exec> memory;              ///< e, zero at first (no values without a memory)
+    array compensated;                      ///< m = g + e (empty without a memory)
+    mutable array workspace;                ///< the encoder's scratch (EF-signSGD's chunk sums of long buckets)
+    slots_type slots;                       ///< this step's payloads (reduce's), and the words of their checks
+    step_status verdict = step_status::ok;  ///< what the payloads' checks found, for conclude
   };
 
   [[nodiscard]] const params_type& params() const noexcept { return format_.params(); }
@@ -84,37 +88,49 @@ public:
     return st;
   }
 
-  /// One step (a collective call; see the file's comment). On the device the collective enqueues
-  /// on the executor's stream; the step waits for it once, for the verdicts, and the average and
-  /// the memory's update are still running when it returns.
+  /// One step (a collective call; see the file's comment): the phases' pieces on the state's
+  /// own payload slots. On the device the collective enqueues on the executor's stream; the step
+  /// waits for it once, for the verdicts, and the average and the memory's update are still
+  /// running when it returns.
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
-    check_buffer(Derived::name, st.layer, inout.size());
     check_stream(Derived::name, st.layer, coll, *exec_);
-    st.memory.check_kind(Derived::name, st.layer.name, params().feedback);
-    const std::size_t n = st.layer.size(), rank = coll.rank();
-    const auto layout = format_.layout(n);
-    const scaled_payload shape = format_.shape(n);
-    if (const std::size_t need = derived().workspace_floats(layout); st.workspace.size() < need) {
-      exec_->synchronize();  // work enqueued before may still use the buffer replaced
-      st.workspace = array(*exec_, need);
-    }
+    const std::size_t rank = coll.rank();
+    const scaled_payload shape = begin_step(st, inout.size());
     st.slots.prepare(*exec_, coll.size(), shape.bytes);
-    std::span<const float> m = inout;
-    if (st.memory.enabled()) {
-      add(*exec_, st.compensated.span(), inout, st.memory.values());
-      m = st.compensated.span();
-    }
+    const std::span<const float> m = compensate(st, inout);
     encode_into(st, m, st.slots.mine(rank), shape, st.slots.non_finite(), rank);
     st.slots.gather(coll, rank);
-    const step_status status =
-        check_payloads(*exec_, st.slots, Derived::name, st.layer, shape,
-                       [&](std::span<const std::byte> payload) { return host_status(st, payload); });
-    const traffic sent = format_.sent(n);
-    if (status != step_status::ok) return {status, sent};
-    average_payloads(*exec_, st.slots, layout, shape, rank, inout, m, st.memory.values());
-    ++st.step;
-    return {step_status::ok, sent};
+    average_gathered(st, inout, m, rank);
+    return conclude(st);
+  }
+
+  // Phases (concepts.hpp, PhasedCompressor): one allgather round, part 0 this rank's payload.
+
+  /// m = grad + e (with a memory), and this rank's payload of m written into part 0.
+  void begin(state& st, std::span<const float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
+    const scaled_payload shape = begin_step(st, grad.size());
+    check_parts(Derived::name, st.layer, rounds(st, ranks), parts);
+    st.slots.prepare(*exec_, ranks, 0);  // the words only: the payloads are the caller's
+    encode_into(st, compensate(st, grad), std::as_writable_bytes(parts[0].values), shape, st.slots.non_finite(), rank);
+  }
+  /// One round only.
+  void next(state& st, std::span<const float> /*grad*/, std::size_t round, round_parts /*parts*/) {
+    fail<error>(Derived::name, ": layer '", st.layer.name, "' has no round ", round);
+  }
+  /// Every rank's payload validated (a malformed one raises the CPU validation's wire_error; on
+  /// the device, after a wait for the verdicts), and when all are good and finite, grad = their
+  /// average and e = m - this rank's decoded payload.
+  void finish(state& st, std::span<float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
+    const std::size_t bytes = format_.shape(st.layer.size()).bytes, stride = parts[0].stride * sizeof(float);
+    check_gathered(Derived::name, st.layer, stride, bytes, ranks);
+    st.slots.view(reinterpret_cast<std::byte*>(parts[0].values.data()), stride, ranks, bytes);
+    average_gathered(st, grad, st.memory.enabled() ? std::span<const float>(st.compensated.span()) : grad, rank);
+  }
+  /// The status and traffic; the counter advances when every rank's payload was good and finite.
+  reduce_result conclude(state& st) {
+    if (st.verdict == step_status::ok) ++st.step;
+    return {st.verdict, format_.sent(st.layer.size())};
   }
 
   // PayloadCodec, on the backend's memory (device memory for the device; enqueued there).
@@ -186,6 +202,37 @@ protected:
 
 private:
   [[nodiscard]] const Derived& derived() const noexcept { return static_cast<const Derived&>(*this); }
+
+  /// Before a step: the buffer and the memory kind fit, the workspace too (reallocated only for
+  /// another compressor's need). Returns the layer's payload shape.
+  scaled_payload begin_step(state& st, std::size_t size) const {
+    check_buffer(Derived::name, st.layer, size);
+    st.memory.check_kind(Derived::name, st.layer.name, params().feedback);
+    if (const std::size_t need = derived().workspace_floats(format_.layout(st.layer.size()));
+        st.workspace.size() < need) {
+      exec_->synchronize();  // work enqueued before may still use the buffer replaced
+      st.workspace = array(*exec_, need);
+    }
+    return format_.shape(st.layer.size());
+  }
+
+  /// m = grad + e into the state's buffer, or grad itself without a memory.
+  std::span<const float> compensate(state& st, std::span<const float> grad) const {
+    if (!st.memory.enabled()) return grad;
+    add(*exec_, st.compensated.span(), grad, st.memory.values());
+    return st.compensated.span();
+  }
+
+  /// Every gathered payload validated (check_payloads), then, when all are good and finite,
+  /// out = their average and e = m - this rank's decoded payload (average_payloads).
+  void average_gathered(state& st, std::span<float> out, std::span<const float> m, std::size_t rank) {
+    const std::size_t n = st.layer.size();
+    const scaled_payload shape = format_.shape(n);
+    st.verdict = check_payloads(*exec_, st.slots, Derived::name, st.layer, shape,
+                                [&](std::span<const std::byte> payload) { return host_status(st, payload); });
+    if (st.verdict == step_status::ok)
+      average_payloads(*exec_, st.slots, format_.layout(n), shape, rank, out, m, st.memory.values());
+  }
 
   /// The codec's arrays of `in` into `out` (a payload of `shape`), then its header and padding.
   void encode_into(const state& st, std::span<const float> in, std::span<std::byte> out, const scaled_payload& shape,

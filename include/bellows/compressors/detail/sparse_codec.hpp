@@ -17,7 +17,9 @@
 //   scattered entries (average_payloads: zeros, each rank's entries added in rank order, the
 //   sums divided by W), and the staged memory becomes current. A flagged payload leaves g, e and
 //   the counter as they were.
-// Top-k's dense switch and rand-k's shared indices average by one allreduce instead (topk.hpp,
+// Run as phases (concepts.hpp, PhasedCompressor), the selection goes into the caller's part, the
+// caller gathers, and the caller's copies are validated and averaged (the slots' view). Top-k's
+// dense switch and rand-k's shared indices average by one allreduce instead (topk.hpp,
 // randk.hpp), on the same state.
 #pragma once
 
@@ -195,6 +197,8 @@ public:
     slots_type slots_;                          ///< this step's payloads (or the device's scratch)
     float_array_for<Exec> dense_;               ///< top-k's dense average: n sums, then the verdict
     host_values_for<Exec, reported> reported_;  ///< copied back by the phases of an allreduce step
+    reduce_result gathered_{};                  ///< what the checks of a step averaged by allgather found, for conclude
+    bool by_allgather_ = false;                 ///< the step under way is averaged by allgather
     bool pending_ = false;                      ///< a step was staged with finite input and not yet committed
   };
 
@@ -325,17 +329,43 @@ protected:
   /// are good and finite, out = their average (average_payloads); then conclude.
   template <class Coll>
   reduce_result average_by_allgather(state& st, std::span<float> inout, Coll& coll) const {
-    const std::size_t n = st.layer.size(), rank = coll.rank();
-    const sparse_payload shape = shape_of(st.layer);
+    const std::size_t rank = coll.rank();
+    st.by_allgather_ = true;
     st.slots_.prepare(*exec_, coll.size(), max_payload_bytes(st));
     write(st, inout, true, st.slots_.mine(rank), rank);
     st.slots_.gather(coll, rank);
+    average_gathered(st, inout, rank);
+    return conclude(st, st.gathered_);
+  }
+
+  // The phases of a step averaged by allgather: part 0 this rank's payload (after begin_phases).
+
+  /// The selection from grad + e (the next memory staged) into part 0.
+  void begin_gathered(state& st, std::span<const float> grad, round_parts parts, std::size_t rank,
+                      std::size_t ranks) const {
+    st.by_allgather_ = true;
+    st.slots_.prepare(*exec_, ranks, 0);  // the words only: the payloads are the caller's
+    write(st, grad, true, std::as_writable_bytes(parts[0].values), rank);
+  }
+  /// Every gathered payload validated, and their average into grad when all are good and finite.
+  void finish_gathered(state& st, std::span<float> grad, round_parts parts, std::size_t rank, std::size_t ranks) const {
+    const std::size_t bytes = max_payload_bytes(st), stride = parts[0].stride * sizeof(float);
+    check_gathered(name, st.layer, stride, bytes, ranks);
+    st.slots_.view(reinterpret_cast<std::byte*>(parts[0].values.data()), stride, ranks, bytes);
+    average_gathered(st, grad, rank);
+  }
+
+  /// Every gathered payload validated (check_payloads: a malformed one raises the CPU
+  /// validation's wire_error; on the device, after the wait for the verdicts), and when all are
+  /// good and finite, out = their average (average_payloads); the result kept for conclude.
+  void average_gathered(state& st, std::span<float> out, std::size_t rank) const {
+    const std::size_t n = st.layer.size();
+    const sparse_payload shape = shape_of(st.layer);
     const step_status status = check_payloads(*exec_, st.slots_, name, st.layer, shape,
                                               [&](std::span<const std::byte> host) { return read(st, host).status; });
     const std::size_t kept = st.slots_.count(rank);
-    const reduce_result r{status, {sparse_payload_bytes(n, kept), kept, kept}};
-    if (status == step_status::ok) average_payloads(*exec_, st.slots_, shape, inout);
-    return conclude(st, r);
+    st.gathered_ = {status, {sparse_payload_bytes(n, kept), kept, kept}};
+    if (status == step_status::ok) average_payloads(*exec_, st.slots_, shape, out);
   }
 
   /// acc[index[j]] += value[j] for the `count` entries of a payload body at `body`, the values
