@@ -140,7 +140,7 @@ concept Compressor = Collective<Coll> &&
 ///  3. `c.finish(state, grad, parts, rank, ranks)`: once every part holds its sums or its
 ///     gathered copies, grad becomes the average and the next memory is written, unless some
 ///     rank's input was not finite (then neither is touched); a malformed gathered payload raises
-///     bellows::wire_error before anything changes.
+///     bellows::wire_error before anything changes, which ends the step (no conclude).
 ///  4. `c.conclude(state)` -> reduce_result: after the executor's synchronize(): the step's
 ///     status and traffic, as reduce returns them; when ok, the step is committed (the memory and
 ///     the query take their next values, the counter advances).
