@@ -148,8 +148,8 @@ public:
   /// After read_verdicts found a malformed payload: copies the first one back and raises the
   /// wire_error that `check(bytes)` (the CPU's validation) raises for it, naming the layer and
   /// the rank. The bytes are as many as its header claims, within the slot (a caller's payload's
-  /// room), as a transport that carries sizes would have delivered them. Should the CPU accept what the device refused,
-  /// raises bellows::error, since that is a bug of bellows.
+  /// room), as a transport that carries sizes would have delivered them. Should the CPU accept
+  /// what the device refused, raises bellows::error, since that is a bug of bellows.
   template <class Check>
   [[noreturn]] void report_malformed(executor& exec, std::string_view who, const layer_info& layer,
                                      Check&& check) const {
