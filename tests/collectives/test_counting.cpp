@@ -4,7 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <vector>
 
 using bellows::collectives::alpha_beta;
@@ -64,4 +66,47 @@ TEST_CASE("counting: one rank models no time, and a bad link is refused") {
   CHECK(c.allreduce().bytes_sent == 40);
   CHECK_THROWS_AS(counting<bellows::archetypes::collective>(solo, {-1.0, 1.0}), bellows::error);
   CHECK_THROWS_AS(counting<bellows::archetypes::collective>(solo, {0.0, 0.0}), bellows::error);
+}
+
+TEST_CASE("counting: the cheapest algorithm by message size, beside the ring") {
+  const alpha_beta link{30e-6, 1.25e9};  // 10 GbE
+  const double a = link.latency_s;
+  auto t = [&](double bytes) { return bytes / link.bandwidth_bytes_per_s; };
+  auto near = [](double x, double y) { return std::abs(x - y) <= 1e-12 * std::max(1.0, std::abs(y)); };
+  // 64 ranks: a small buffer by recursive doubling (6 steps), a large one by Rabenseifner's
+  // (12 latencies, the ring's bandwidth term); the ring's figure beside it.
+  auto small = bellows::collectives::model_allreduce(4, 64, link);
+  CHECK(near(small.ring_s, 126 * a + 2 * 63.0 / 64 * t(4)));
+  CHECK(near(small.cheapest_s, 6 * (a + t(4))));
+  auto large = bellows::collectives::model_allreduce(100e6, 64, link);
+  CHECK(near(large.cheapest_s, 12 * a + 2 * 63.0 / 64 * t(100e6)));
+  CHECK(large.cheapest_s < large.ring_s);
+  // 5 ranks, not a power of two: the 4-rank algorithms and two more transfers of the buffer
+  auto five = bellows::collectives::model_allreduce(4, 5, link);
+  CHECK(near(five.cheapest_s, 2 * (a + t(4)) + 2 * (a + t(4))));
+  // 2 ranks: recursive doubling swaps the buffer once, in one latency; the ring takes two
+  auto two = bellows::collectives::model_allreduce(1e9, 2, link);
+  CHECK(near(two.ring_s, 2 * a + t(1e9)));
+  CHECK(near(two.cheapest_s, a + t(1e9)));
+  // allgather: Bruck's ceil(log2 W) latencies; broadcast: a binomial tree for small buffers
+  CHECK(near(bellows::collectives::model_allgather(1000, 64, link).cheapest_s, 6 * a + t(1000)));
+  CHECK(near(bellows::collectives::model_allgather(1000, 5, link).cheapest_s, 3 * a + t(1000)));
+  CHECK(near(bellows::collectives::model_broadcast(8, 64, link).cheapest_s, 6 * (a + t(8))));
+  CHECK(near(bellows::collectives::model_broadcast(1e9, 64, link).cheapest_s, 63 * a + t(1e9)));
+  CHECK(bellows::collectives::model_allreduce(1e6, 1, link).cheapest_s == 0.0);
+
+  // counting adds both up per call
+  local_group group(4);
+  std::atomic<int> right{0};
+  group.run([&](local& inner) {
+    counting<local> c(inner, link);
+    std::vector<float> x(10);
+    c.allreduce_sum(x);
+    c.allreduce_sum(x);
+    const auto one = bellows::collectives::model_allreduce(40, 4, link);
+    if (near(c.allreduce().modeled_cheapest_s, 2 * one.cheapest_s) && near(c.allreduce().modeled_s, 2 * one.ring_s) &&
+        near(c.total().modeled_cheapest_s, 2 * one.cheapest_s) && one.cheapest_s < one.ring_s)
+      ++right;
+  });
+  CHECK(right == 4);
 }

@@ -3,11 +3,13 @@
 // alpha-beta link.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
 #include <span>
+#include <utility>
 
 #include "bellows/concepts.hpp"
 #include "bellows/core/error.hpp"
@@ -25,15 +27,67 @@ struct op_counts {
   std::uint64_t calls = 0;
   std::uint64_t bytes_sent = 0;      ///< bytes this rank handed to the operation
   std::uint64_t bytes_received = 0;  ///< bytes of other ranks it got back (allgather, broadcast)
-  double modeled_s = 0.0;            ///< modeled time on the link
+  double modeled_s = 0.0;            ///< modeled time on the link, every call by the ring algorithm
+  double modeled_cheapest_s = 0.0;   ///< every call by the cheapest of the ring and logarithmic ones
 };
 
+/// The modeled seconds of one call: by the ring algorithm, and by the cheapest algorithm of those
+/// MPI and NCCL pick from by message size.
+struct call_time {
+  double ring_s = 0.0;
+  double cheapest_s = 0.0;
+};
+
+/// floor(log2 w) for w >= 1, and whether w is a power of two.
+constexpr std::pair<double, bool> log2_floor(std::size_t w) {
+  double steps = 0;
+  for (std::size_t v = w; v > 1; v >>= 1) ++steps;
+  return {steps, (w & (w - 1)) == 0};
+}
+
+/// An allreduce of `bytes` on w ranks. Ring: 2 (w - 1) alpha + 2 (w - 1) / w B / beta.
+/// Rabenseifner's (recursive halving, then doubling): 2 log2(w) alpha + 2 (w - 1) / w B / beta.
+/// Recursive doubling: log2(w) (alpha + B / beta). Where w is not a power of two, the two
+/// logarithmic ones run on the largest power of two below it, after the extra ranks fold their
+/// buffers in and before they get the result: 2 (alpha + B / beta) more.
+[[nodiscard]] inline call_time model_allreduce(double bytes, std::size_t w, alpha_beta link) {
+  if (w <= 1) return {};
+  const double a = link.latency_s, t = bytes / link.bandwidth_bytes_per_s, n = static_cast<double>(w);
+  const auto [steps, power] = log2_floor(w);
+  const double fold = power ? 0.0 : 2 * (a + t);
+  const double ring = 2 * (n - 1) * a + 2 * (n - 1) / n * t;
+  const double halving = 2 * steps * a + 2 * (n - 1) / n * t + fold, doubling = steps * (a + t) + fold;
+  return {ring, std::min({ring, halving, doubling})};
+}
+
+/// An allgather delivering `others` bytes of the other ranks' blocks. Ring: (w - 1) alpha +
+/// others / beta; Bruck's: ceil(log2 w) alpha + others / beta.
+[[nodiscard]] inline call_time model_allgather(double others, std::size_t w, alpha_beta link) {
+  if (w <= 1) return {};
+  const auto [steps, power] = log2_floor(w);
+  const double t = others / link.bandwidth_bytes_per_s;
+  const double ring = static_cast<double>(w - 1) * link.latency_s + t;
+  return {ring, std::min(ring, (steps + (power ? 0 : 1)) * link.latency_s + t)};
+}
+
+/// A broadcast of `bytes`. Pipelined chain: (w - 1) alpha + B / beta; binomial tree:
+/// ceil(log2 w) (alpha + B / beta).
+[[nodiscard]] inline call_time model_broadcast(double bytes, std::size_t w, alpha_beta link) {
+  if (w <= 1) return {};
+  const auto [steps, power] = log2_floor(w);
+  const double a = link.latency_s, t = bytes / link.bandwidth_bytes_per_s;
+  const double chain = static_cast<double>(w - 1) * a + t;
+  return {chain, std::min(chain, (steps + (power ? 0 : 1)) * (a + t))};
+}
+
 /// Wraps a Collective, forwards every call, and records per operation kind the calls, bytes and
-/// a modeled time. The models are the usual ring algorithms on W ranks, for a buffer of B bytes:
+/// two modeled times (model_allreduce, model_allgather, model_broadcast above): `modeled_s` by the
+/// usual ring algorithms on W ranks, for a buffer of B bytes,
 ///  - allreduce_sum: 2 (W - 1) alpha + 2 (W - 1) / W * B / beta
 ///  - allgather:     (W - 1) alpha + (bytes of the other ranks' blocks) / beta
 ///  - broadcast:     (W - 1) alpha + B / beta (a pipelined chain)
-/// With W = 1 every modeled time is 0.
+/// and `modeled_cheapest_s` by the cheapest of those and the logarithmic algorithms. With W = 1
+/// every modeled time is 0.
 template <Collective Inner>
 class counting {
 public:
@@ -48,18 +102,13 @@ public:
 
   void allreduce_sum(std::span<float> v) {
     inner_->allreduce_sum(v);
-    const double w = static_cast<double>(size());
-    const double bytes = static_cast<double>(v.size_bytes());
-    record(allreduce_, v.size_bytes(), 0,
-           2 * (w - 1) * link_.latency_s + 2 * (w - 1) / w * bytes / link_.bandwidth_bytes_per_s);
+    record(allreduce_, v.size_bytes(), 0, model_allreduce(static_cast<double>(v.size_bytes()), size(), link_));
   }
 
   void allgather(std::span<const std::byte> mine, gather_buffer& out) {
     inner_->allgather(mine, out);
     const std::size_t others = out.total_bytes() - mine.size();
-    const double w = static_cast<double>(size());
-    record(allgather_, mine.size(), others,
-           (w - 1) * link_.latency_s + static_cast<double>(others) / link_.bandwidth_bytes_per_s);
+    record(allgather_, mine.size(), others, model_allgather(static_cast<double>(others), size(), link_));
   }
 
   // (clang-format-14 would join the requires clause to the declaration)
@@ -69,10 +118,9 @@ public:
   // clang-format on
   {
     inner_->broadcast(data, root);
-    const double w = static_cast<double>(size());
     const bool is_root = rank() == root;
     record(broadcast_, is_root ? data.size() : 0, is_root ? 0 : data.size(),
-           w > 1 ? (w - 1) * link_.latency_s + static_cast<double>(data.size()) / link_.bandwidth_bytes_per_s : 0.0);
+           model_broadcast(static_cast<double>(data.size()), size(), link_));
   }
 
   [[nodiscard]] const op_counts& allreduce() const noexcept { return allreduce_; }
@@ -86,6 +134,7 @@ public:
       t.bytes_sent += o->bytes_sent;
       t.bytes_received += o->bytes_received;
       t.modeled_s += o->modeled_s;
+      t.modeled_cheapest_s += o->modeled_cheapest_s;
     }
     return t;
   }
@@ -93,11 +142,12 @@ public:
   [[nodiscard]] Inner& inner() const noexcept { return *inner_; }
 
 private:
-  static void record(op_counts& c, std::size_t sent, std::size_t received, double seconds) {
+  static void record(op_counts& c, std::size_t sent, std::size_t received, call_time time) {
     ++c.calls;
     c.bytes_sent += sent;
     c.bytes_received += received;
-    c.modeled_s += seconds;
+    c.modeled_s += time.ring_s;
+    c.modeled_cheapest_s += time.cheapest_s;
   }
 
   Inner* inner_;
