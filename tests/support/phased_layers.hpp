@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Steps of one compressor over a list of layers on one rank, made either by each layer's reduce
-// or by the phases (concepts.hpp, PhasedCompressor) around one call per round and operation for
-// all the layers (an allreduce of their summed parts, an allgather of their payloads), as an
-// exchange layer would make them; what the rank saw is recorded so that the two
-// ways can be compared bit for bit. Array is the backend's test array: made from a host vector,
+// or as one bucket (sync/bucket_exchange.hpp: the phases, concepts.hpp's PhasedCompressor, around
+// one call per round and operation for all the layers); what the rank saw is recorded so that the
+// two ways can be compared bit for bit. Array is the backend's test array: made from a host vector,
 // with span() (the backend's memory) and host() (a copy back).
 #pragma once
 
@@ -16,9 +15,9 @@
 #include <vector>
 
 #include "bellows/core/checkpoint.hpp"
-#include "bellows/core/gather_buffer.hpp"
 #include "bellows/core/shape.hpp"
 #include "bellows/core/traffic.hpp"
+#include "bellows/sync/bucket_exchange.hpp"
 #include "random.hpp"
 
 namespace bellows::test {
@@ -40,22 +39,7 @@ inline std::vector<float> layer_gradient(const layer_info& layer, std::size_t ra
   return g;
 }
 
-/// Gathers every rank's `mine` into `all` (ranks blocks of mine's size, in rank order): in place
-/// on the device (allgather_slots), through a gather_buffer on the host.
-template <class Coll>
-void gather(Coll& coll, std::span<float> mine, std::span<float> all) {
-  const std::size_t bytes = mine.size_bytes();
-  if constexpr (requires { coll.allgather_slots(std::as_bytes(mine), std::as_writable_bytes(all), bytes); }) {
-    coll.allgather_slots(std::as_bytes(mine), std::as_writable_bytes(all), bytes);
-  } else {
-    gather_buffer blocks;
-    coll.allgather(std::as_bytes(mine), blocks);
-    for (std::size_t r = 0; r < blocks.blocks(); ++r)
-      std::memcpy(all.data() + r * mine.size(), blocks.block(r).data(), bytes);
-  }
-}
-
-/// `steps` steps of compressor c over `layers` on this rank of `coll`, by reduce or by phases.
+/// `steps` steps of compressor c over `layers` on this rank of `coll`, by reduce or as one bucket.
 template <class Array, class C, class Exec, class Coll>
 layered_run run_layers(C& c, Exec& exec, Coll& coll, std::span<const layer_info> layers, bool phased,
                        std::size_t steps) {
@@ -63,6 +47,7 @@ layered_run run_layers(C& c, Exec& exec, Coll& coll, std::span<const layer_info>
   const std::size_t rank = coll.rank(), ranks = coll.size();
   std::vector<state> states;
   for (const layer_info& layer : layers) states.push_back(c.make_state(layer));
+  bucket_exchange<Exec> exchange(exec);
   layered_run out;
   for (std::size_t step = 0; step < steps; ++step) {
     std::deque<Array> grads;
@@ -70,65 +55,11 @@ layered_run run_layers(C& c, Exec& exec, Coll& coll, std::span<const layer_info>
     if (!phased) {
       for (std::size_t l = 0; l < layers.size(); ++l) out.results.push_back(c.reduce(states[l], grads[l].span(), coll));
     } else {
-      std::vector<exchange_rounds> rounds;
-      std::size_t most = 0;
-      for (const state& st : states) {
-        rounds.push_back(c.rounds(st, ranks));
-        most = std::max(most, rounds.back().size());
-      }
-      // Per round, one buffer of the allreduced parts and one block of this rank's payloads (its
-      // gathered copies in a buffer of `ranks` such blocks); each part after the one before, at
-      // part_alignment.
-      constexpr std::size_t align = part_alignment / sizeof(float);
-      struct place {
-        bool gathered;
-        std::size_t at, floats;
-      };
-      std::vector<std::vector<place>> where(layers.size());
-      std::vector<std::size_t> summed(most, 0), block(most, 0);
-      for (std::size_t l = 0; l < layers.size(); ++l)
-        for (std::size_t r = 0; r < rounds[l].size(); ++r) {
-          const bool gathered = rounds[l][r].op == collective_op::allgather;
-          std::size_t& end = gathered ? block[r] : summed[r];
-          where[l].push_back({gathered, end, rounds[l][r].bytes / sizeof(float)});
-          end += (rounds[l][r].bytes / sizeof(float) + align - 1) / align * align;
-        }
-      std::deque<Array> sums, sends, copies;  // what a phase must overwrite: -1
-      for (std::size_t r = 0; r < most; ++r) {
-        sums.emplace_back(std::vector<float>(summed[r], -1.0f));
-        sends.emplace_back(std::vector<float>(block[r], -1.0f));
-        copies.emplace_back(std::vector<float>(block[r] * ranks, -1.0f));
-      }
-      // before the exchange, a gathered part is this rank's block; after it, rank 0's copy
-      const auto parts_of = [&](std::size_t l, bool exchanged) {
-        std::vector<round_part> p;
-        for (std::size_t r = 0; r < where[l].size(); ++r) {
-          const place& w = where[l][r];
-          if (!w.gathered)
-            p.push_back({sums[r].span().subspan(w.at, w.floats)});
-          else if (!exchanged)
-            p.push_back({sends[r].span().subspan(w.at, w.floats)});
-          else
-            p.push_back({copies[r].span().subspan(w.at, w.floats), block[r]});
-        }
-        return p;
-      };
-      const auto exchange = [&](std::size_t r) {
-        if (summed[r] != 0) coll.allreduce_sum(sums[r].span());
-        if (block[r] != 0) gather(coll, sends[r].span(), copies[r].span());
-      };
-      for (std::size_t l = 0; l < layers.size(); ++l)
-        c.begin(states[l], grads[l].span(), parts_of(l, false), rank, ranks);
-      exchange(0);
-      for (std::size_t r = 1; r < most; ++r) {
-        for (std::size_t l = 0; l < layers.size(); ++l)
-          if (r < rounds[l].size()) c.next(states[l], grads[l].span(), r, parts_of(l, true));
-        exchange(r);
-      }
-      for (std::size_t l = 0; l < layers.size(); ++l)
-        c.finish(states[l], grads[l].span(), parts_of(l, true), rank, ranks);
-      exec.synchronize();  // the step's one wait
-      for (state& st : states) out.results.push_back(c.conclude(st));
+      std::vector<bucket_layer<C>> bucket;
+      for (std::size_t l = 0; l < layers.size(); ++l) bucket.push_back({&c, &states[l], grads[l].span()});
+      std::vector<reduce_result> results(layers.size());
+      exchange.run(std::span<const bucket_layer<C>>(bucket), std::span<reduce_result>(results), coll);
+      out.results.insert(out.results.end(), results.begin(), results.end());
     }
     for (const Array& g : grads) out.outputs.push_back(g.host());
   }

@@ -44,13 +44,18 @@ std::string numbered(const char* prefix, std::size_t n, const char* suffix = "")
 }
 
 /// A compressor that averages like identity and reports its tag as `kept`, so a test sees which
-/// level ran.
+/// level ran, alone in a bucket (reduce) or beside others (the phases, which end in conclude).
 struct tagged : bellows::identity<> {
   std::uint64_t tag;
   explicit tagged(std::uint64_t t) : tag(t) {}
   template <bellows::Collective Coll>
   bellows::reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     bellows::reduce_result r = identity::reduce(st, inout, coll);
+    r.sent.kept = tag;
+    return r;
+  }
+  bellows::reduce_result conclude(state& st) {
+    bellows::reduce_result r = identity::conclude(st);
     r.sent.kept = tag;
     return r;
   }
@@ -168,6 +173,7 @@ TEST_CASE("synchronizer: with a detector that never observes, a step exchanges w
     bellows::synchronizer sync(bellows::identity<>{exec}, bellows::identity<>{exec},
                                bellows::static_policy(bellows::regime::critical), exec);
     for (std::uint32_t id = 0; id < 3; ++id) (void)sync.add_layer(numbered("layer", id), shapes[id]);
+    sync.set_bucket_bytes(0);  // a layer per bucket: each layer's reduce
     std::vector<std::vector<float>> g;
     for (std::size_t id = 0; id < 3; ++id) g.push_back(grad(shapes[id].size(), comm.rank(), id, 0));
     if (comm.rank() == 1) g[2][0] = std::numeric_limits<float>::quiet_NaN();
@@ -179,6 +185,17 @@ TEST_CASE("synchronizer: with a detector that never observes, a step exchanges w
     // finite layers; no flag exchange of the synchronizer's own.
     bool ok = counted.allreduce().calls == 3 + 2 && counted.allgather().calls == 0;
     ok = ok && statuses[2] == bellows::step_status::non_finite && statuses[0] == bellows::step_status::ok;
+    // The same in one bucket: one allreduce of the three flags, one of the three layers' data
+    // (the non-finite one rides along, changing nothing); the same statuses.
+    bellows::synchronizer one(bellows::identity<>{exec}, bellows::identity<>{exec},
+                              bellows::static_policy(bellows::regime::critical), exec);
+    for (std::uint32_t id = 0; id < 3; ++id) (void)one.add_layer(numbered("layer", id), shapes[id]);
+    (void)one.step(v, comm);
+    bellows::collectives::counting bucketed(comm);
+    const auto together = one.step(v, bucketed);
+    ok = ok && bucketed.allreduce().calls == 2 && bucketed.allgather().calls == 0;
+    ok = ok && std::ranges::equal(statuses, together) && one.buckets().size() == 2;
+    ok = ok && one.telemetry()[2].sent == sync.telemetry()[2].sent;  // the skipped layer's vote only
     if (ok) ++right;
   });
   CHECK(right == static_cast<int>(w));
@@ -441,10 +458,24 @@ TEST_CASE("synchronizer: ranks that registered another count, name, order or sha
 
 TEST_CASE("synchronizer: a worker that throws mid-step makes every other rank raise collective_error, never hang") {
   constexpr std::size_t w = 3;
-  // Operations of a step: the layer check (first step only), then per layer two allreduces
-  // (PowerSGD's P and Q: layer 0 is compressed at rank 2) or one (the others). The failures
-  // land in the check, between P and Q, between layers and in the second step.
-  for (int fail_at : {0, 1, 2, 3, 4, 5, 7, 8}) {
+  // Operations of a step, a layer per bucket: the layer check (first step only), then per layer
+  // two allreduces (PowerSGD's P and Q: layer 0 is compressed at rank 2) or one (the others). The
+  // failures land in the check, between P and Q, between layers and in the second step. In one
+  // bucket of every layer (the default budget), a step is two allreduces (the P's, the Q's).
+  const std::pair<std::size_t, int> cases[] = {{0, 0},
+                                               {0, 1},
+                                               {0, 2},
+                                               {0, 3},
+                                               {0, 4},
+                                               {0, 5},
+                                               {0, 7},
+                                               {0, 8},
+                                               {std::size_t{25} << 20, 1},
+                                               {std::size_t{25} << 20, 2},
+                                               {std::size_t{25} << 20, 3},
+                                               {std::size_t{25} << 20, 6}};
+  for (const auto& [bucket_bytes, fail_at] : cases) {
+    CAPTURE(bucket_bytes);
     CAPTURE(fail_at);
     local_group group(w);
     std::atomic<int> others_failed{0}, finished{0};
@@ -455,6 +486,7 @@ TEST_CASE("synchronizer: a worker that throws mid-step makes every other rank ra
         bellows::synchronizer sync(bellows::powersgd<>({.rank = 2}), bellows::powersgd<>({.rank = 1}),
                                    critical_policy(bellows::regime::critical));
         for (std::uint32_t id = 0; id < 3; ++id) sync.add_layer(numbered("l", id), shapes[id]);
+        sync.set_bucket_bytes(bucket_bytes);
         try {
           for (int s = 0; s < 3; ++s) {
             auto g = grads_of(comm.rank(), s);

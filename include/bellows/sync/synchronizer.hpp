@@ -3,6 +3,15 @@
 // step runs each layer's gradient through the compressor of its current level and the user's
 // collective, feeds the regime detector, and per epoch asks the detector for the next levels.
 //
+// Buckets. A step exchanges its layers a bucket at a time, in one collective call per round and
+// operation of the bucket (sync/bucket_exchange.hpp, on the compressors' phases), whatever the
+// layers' levels. step() runs the synchronizer's own buckets: consecutive layers grouped from the
+// last back by a byte budget (set_bucket_bytes; 25 MiB by default), fixed at the first step and
+// recorded in checkpoints. A trainer that groups its layers itself, as DDP does, hands each
+// bucket over with step_bucket as its gradients become ready; its buckets may change between
+// steps, since every state is per layer. Either way every output and state is what each layer's
+// own reduce would give: the buckets change the calls, not the bits.
+//
 // Levels. The synchronizer holds two instances of one compressor type, `critical` (the low
 // compression level of critical regimes: rank 4, ratio 0.99, 8 bits, ...) and `normal` (the high
 // compression level, elsewhere), and one state per layer that both instances run on, so a layer
@@ -12,17 +21,20 @@
 // counter carries over, so random streams keyed by it do not repeat. A static baseline is the
 // same object with a static_policy detector.
 //
-// Non-finite gradients. Outside the epochs in which the detector observes, each compressor's own
-// first exchange makes the ranks agree. In observed epochs the detector must see only gradients
-// every rank found finite, so the step begins with one allreduce of one flag per layer (4 bytes
-// per layer); a layer flagged on any rank is skipped on every rank with step_status::non_finite
-// and nothing of it changes.
+// Non-finite gradients skip their layer, not its bucket. Outside the epochs in which the detector
+// observes, each compressor's own first round makes the ranks agree (its flag travels in the
+// bucket's first call). In observed epochs the detector must see only gradients every rank found
+// finite, so each bucket begins with one allreduce of one flag per layer of it (4 bytes per
+// layer); a layer flagged on any rank is skipped on every rank with step_status::non_finite, its
+// traffic not counted, and nothing of it changes. Accordion observes each layer as its bucket
+// arrives, which is all it needs: its sums are per layer.
 //
 // Backends. The class is written once over its executor. With cpu::executor the gradients are
 // host memory; with cuda::executor (sync/synchronizer.cuh) they are device memory, the
 // compressors are the device ones, the detector a basic_accordion<cuda::executor> (or a
 // static_policy), the collective a DeviceCollective on the executor's stream, and the flags and
-// norms are computed and exchanged in device memory and read back once (one wait for the stream).
+// norms are computed and exchanged in device memory and read back (sync/synchronizer.cuh counts
+// the waits).
 // Everything else (levels, telemetry, checkpoints) is this file's host code, for both.
 #pragma once
 
@@ -49,6 +61,7 @@
 #include "bellows/cpu/float_array.hpp"
 #include "bellows/plan/float_array.hpp"
 #include "bellows/regime/accordion_types.hpp"
+#include "bellows/sync/bucket_exchange.hpp"
 
 namespace bellows {
 
@@ -89,7 +102,8 @@ public:
   /// `critical` serves the layers in a critical regime (the low compression level), `normal` the
   /// others (the high level); `detector` decides which is which.
   synchronizer(C critical, C normal, D detector, Exec& exec = Exec::shared())
-      : critical_(std::move(critical)), normal_(std::move(normal)), detector_(std::move(detector)), exec_(&exec) {}
+      : critical_(std::move(critical)), normal_(std::move(normal)), detector_(std::move(detector)), exec_(&exec),
+        exchange_(exec) {}
 
   /// Registers the next layer and returns its id (0, 1, 2, ... in call order). Every rank
   /// registers the same layers in the same order; the first step checks that and raises if not.
@@ -108,58 +122,112 @@ public:
     telemetry_.push_back(std::move(t));
     states_.push_back(std::move(st));
     layers_.push_back(info);
+    ids_.push_back(id);
+    handed_over_.push_back(0);
+    statuses_.push_back(step_status::ok);
     hash_ = mix(hash_, info);
     return id;
   }
 
   /// One training step: `grads[id]` is layer id's local gradient, replaced by the average over
-  /// ranks of the compressed contributions. A collective call. Returns one status per layer.
+  /// ranks of the compressed contributions. A collective call: the synchronizer's own buckets
+  /// (set_bucket_bytes), from the last back, each one step_bucket. Returns one status per layer.
   template <Collective Coll>
   std::span<const step_status> step(std::span<const std::span<float>> grads, Coll& coll) {
     BELLOWS_EXPECTS(grads.size() == layers_.size(), "synchronizer: step got ", grads.size(), " gradients for ",
                     layers_.size(), " registered layers");
-    for (std::size_t id = 0; id < layers_.size(); ++id)
-      BELLOWS_EXPECTS(grads[id].size() == layers_[id].size(), "synchronizer: layer '", layers_[id].name, "' of shape ",
-                      layers_[id].shape.to_string(), " has ", layers_[id].size(), " elements, its gradient ",
-                      grads[id].size());
-    if (steps_ == 0) verify_layers(coll);
-    if (flags_.size() != layers_.size()) {  // the first step (or the first after a restore)
+    BELLOWS_EXPECTS(handed_ == 0, "synchronizer: step called while a step by buckets has ", handed_, " of ",
+                    layers_.size(), " layers handed over; hand over the others (step_bucket) first");
+    if (layers_.empty()) {
+      if (steps_ == 0) verify_layers(coll);
+      end_step();
+      return statuses_;
+    }
+    if (bounds_.empty()) bounds_ = plan_buckets(layers_, bucket_bytes_);  // the first step
+    for (std::size_t b = bounds_.size() - 1; b-- > 0;) {
+      const std::size_t first = bounds_[b], count = bounds_[b + 1] - first;
+      (void)step_bucket(std::span<const std::uint32_t>(ids_).subspan(first, count), grads.subspan(first, count), coll);
+    }
+    return statuses_;
+  }
+
+  /// One bucket of the step in progress, as a trainer hands buckets over while its backward pass
+  /// runs: `grads[i]` is layer ids[i]'s local gradient, replaced by the average. A collective
+  /// call: every rank hands over the same layers in the same order. Any layers not yet handed
+  /// over in this step make a bucket, in any grouping, which may change from step to step; the
+  /// step ends when every layer has been handed over once. One collective call per round and
+  /// operation of the bucket, and in the epochs the detector observes, one allreduce of the
+  /// bucket's finiteness flags before them. Returns the bucket's statuses, in the order of ids.
+  template <Collective Coll>
+  std::span<const step_status> step_bucket(std::span<const std::uint32_t> ids, std::span<const std::span<float>> grads,
+                                           Coll& coll) {
+    check_bucket(ids, grads);
+    if (steps_ == 0 && handed_ == 0) verify_layers(coll);
+    if (flags_.size() != layers_.size()) {  // the first step
       flags_ = float_array_for<Exec>(*exec_, layers_.size());
       norms_ = float_array_for<Exec>(*exec_, layers_.size());
     }
-    statuses_.resize(layers_.size());
     const bool observe = observing_any();
     std::span<const float> flagged;
-    if (observe) flagged = agree_finite(grads, coll);
-    if (measure_norms_)  // before any layer's reduce replaces its gradient
-      for (std::size_t id = 0; id < layers_.size(); ++id) mean_norm(*exec_, grads[id], 1.0, norms_.span().data() + id);
-    for (std::size_t id = 0; id < layers_.size(); ++id) {
-      layer_telemetry& t = telemetry_[id];
-      if (observe && flagged[id] != 0.0f) {
+    if (observe) flagged = agree_finite(ids, grads, coll);
+    if (measure_norms_)  // before the exchange replaces the gradients
+      for (std::size_t i = 0; i < ids.size(); ++i) mean_norm(*exec_, grads[i], 1.0, norms_.span().data() + ids[i]);
+    bucket_.clear();
+    in_bucket_.clear();
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::uint32_t id = ids[i];
+      if (observe && flagged[i] != 0.0f) {
         statuses_[id] = step_status::non_finite;
-      } else {
-        if (observe && observing(id)) {
-          if constexpr (ObservingDetector<D>)
-            detector_.observe_finite(id, grads[id]);  // agreed finite above: no second scan
-          else
-            (void)detector_.observe(id, grads[id]);
-        }
-        C& c = t.level == regime::critical ? critical_ : normal_;
-        const reduce_result r = c.reduce(states_[id], grads[id], coll);
-        statuses_[id] = r.status;
-        t.sent += r.sent;
+        continue;
       }
-      t.last_status = statuses_[id];
-      ++(statuses_[id] == step_status::ok ? t.steps : t.skipped);
+      if (observe && observing(id)) {
+        if constexpr (ObservingDetector<D>)
+          detector_.observe_finite(id, grads[i]);  // agreed finite above: no second scan
+        else
+          (void)detector_.observe(id, grads[i]);
+      }
+      bucket_.push_back({telemetry_[id].level == regime::critical ? &critical_ : &normal_, &states_[id], grads[i]});
+      in_bucket_.push_back(id);
     }
-    if (measure_norms_) {
-      const std::span<const float> norms = norms_.host(*exec_, norms_host_);
-      for (std::size_t id = 0; id < layers_.size(); ++id)
-        if (!(observe && flagged[id] != 0.0f)) telemetry_[id].grad_norm = norms[id];
+    results_.resize(bucket_.size());
+    if constexpr (PhasedCompressor<C>) {
+      exchange_.run(std::span<const bucket_layer<C>>(bucket_), std::span<reduce_result>(results_), coll);
+    } else {  // a compressor without phases: its reduce per layer
+      for (std::size_t i = 0; i < bucket_.size(); ++i)
+        results_[i] = bucket_[i].compressor->reduce(*bucket_[i].state, bucket_[i].grad, coll);
     }
-    ++steps_;
-    return statuses_;
+    for (std::size_t i = 0; i < in_bucket_.size(); ++i) {
+      statuses_[in_bucket_[i]] = results_[i].status;
+      telemetry_[in_bucket_[i]].sent += results_[i].sent;
+    }
+    bucket_statuses_.clear();
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      layer_telemetry& t = telemetry_[ids[i]];
+      t.last_status = statuses_[ids[i]];
+      ++(t.last_status == step_status::ok ? t.steps : t.skipped);
+      bucket_statuses_.push_back(t.last_status);
+      handed_over_[ids[i]] = observe && flagged[i] != 0.0f ? voted_out : handed;
+    }
+    handed_ += ids.size();
+    if (handed_ == layers_.size()) end_step();
+    return bucket_statuses_;
   }
+
+  /// The byte budget of the synchronizer's own buckets (step): consecutive layers, grouped from
+  /// the last layer back while their gradients' bytes fit, as DDP's bucket_cap_mb does; a layer
+  /// larger than the budget is a bucket alone; 0 makes every layer a bucket alone. Default 25 MiB.
+  /// Every rank must set the same, before the first step, after which the buckets are fixed
+  /// (and recorded in checkpoints).
+  void set_bucket_bytes(std::size_t bytes) {
+    BELLOWS_EXPECTS(steps_ == 0 && handed_ == 0 && bounds_.empty(),
+                    "synchronizer: set_bucket_bytes after the buckets were fixed (by the first step or a "
+                    "checkpoint); set it before the first step");
+    bucket_bytes_ = bytes;
+  }
+
+  /// The synchronizer's own buckets as the first layer of each and then the layer count:
+  /// bucket b is layers [buckets()[b], buckets()[b + 1]). Empty before the first step (or a load).
+  [[nodiscard]] std::span<const std::uint32_t> buckets() const noexcept { return bounds_; }
 
   /// Ends the epoch: `lr` is the learning rate of the epoch that starts next. A collective call;
   /// returns the levels in force for the next epoch, identical on every rank.
@@ -211,6 +279,8 @@ public:
     requires CheckpointedCompressor<C> && CheckpointedDetector<D>
   {
     // clang-format on
+    BELLOWS_EXPECTS(handed_ == 0, "synchronizer: checkpoint in the middle of a step (", handed_, " of ", layers_.size(),
+                    " layers handed over); take it between steps");
     checkpoint_writer w;
     w.put(file_magic);
     w.put(file_version);
@@ -225,6 +295,8 @@ public:
     w.put(steps_);
     w.put(epoch_);
     w.put(level_change_);
+    w.put<std::uint64_t>(bounds_.size());
+    for (const std::uint32_t b : bounds_) w.put(b);
     for (std::size_t id = 0; id < layers_.size(); ++id) {
       const layer_telemetry& t = telemetry_[id];
       w.put(t.level);
@@ -275,8 +347,9 @@ public:
 private:
   static constexpr std::uint32_t file_magic = 0x43574C42u;  // "BLWC"
   // 2: Accordion's sums in float; 3: the level-change option (a version-2 file reads as keep);
-  // 4: the rank, the world size, and the layers' names and shapes instead of their hash
-  static constexpr std::uint32_t file_version = 4;
+  // 4: the rank, the world size, and the layers' names and shapes instead of their hash;
+  // 5: the buckets (a file of an earlier version loads with none: the next step plans them)
+  static constexpr std::uint32_t file_version = 5;
 
   void load_file(const std::filesystem::path& file, rank_place at, bool elastic) {
     try {
@@ -326,6 +399,8 @@ private:
       fail<wire_error>("synchronizer: checkpoint saved with level change '", to_string(c),
                        "', this synchronizer is set to '", to_string(level_change_), "'");
     }
+    std::vector<std::uint32_t> bounds;
+    if (version >= 5) read_buckets(r, bounds);
     for (std::size_t id = 0; id < layers_.size(); ++id) {
       layer_telemetry& t = telemetry[id];
       t.level = r.get<regime>("level");
@@ -360,8 +435,24 @@ private:
     }
     telemetry_ = std::move(telemetry);
     states_ = std::move(states);
+    bounds_ = std::move(bounds);
     steps_ = steps;
     epoch_ = epoch;
+  }
+
+  /// Reads the buckets of a version-5 checkpoint into `bounds`: none, or the first layer of each
+  /// from 0 up, then the layer count.
+  void read_buckets(checkpoint_reader& r, std::vector<std::uint32_t>& bounds) const {
+    const auto count = r.get<std::uint64_t>("bucket count");
+    if (count == 0) return;
+    if (count > layers_.size() + 1 || count < 2)
+      fail<wire_error>("synchronizer: the checkpoint holds ", count - 1, " buckets for ", layers_.size(), " layers");
+    bounds.resize(count);
+    for (std::uint32_t& b : bounds) b = r.get<std::uint32_t>("bucket bound");
+    for (std::size_t b = 1; b < count; ++b)
+      if (bounds[b] <= bounds[b - 1]) fail<wire_error>("synchronizer: the checkpoint's buckets are out of order");
+    if (bounds.front() != 0 || bounds.back() != layers_.size())
+      fail<wire_error>("synchronizer: the checkpoint's buckets do not cover the ", layers_.size(), " layers");
   }
 
   /// Reads the layer list of a version-4 checkpoint and raises wire_error naming the first layer
@@ -414,14 +505,49 @@ private:
     return false;
   }
 
-  /// The finiteness vote: per layer, the number of ranks whose gradient of it holds NaN or Inf
-  /// (host memory; on the device read back, the one wait).
+  /// The finiteness vote of a bucket: per layer ids[i], the number of ranks whose gradient of
+  /// it holds NaN or Inf, at i (host memory; on the device read back, a wait for the stream).
   template <Collective Coll>
-  std::span<const float> agree_finite(std::span<const std::span<float>> grads, Coll& coll) {
-    fill(*exec_, flags_.span(), 0.0f);
-    for (std::size_t id = 0; id < layers_.size(); ++id) flag_non_finite(*exec_, grads[id], flags_.span().data() + id);
-    coll.allreduce_sum(flags_.span());
-    return flags_.host(*exec_, flags_host_);
+  std::span<const float> agree_finite(std::span<const std::uint32_t> ids, std::span<const std::span<float>> grads,
+                                      Coll& coll) {
+    const std::span<float> flags = flags_.span().first(ids.size());
+    fill(*exec_, flags, 0.0f);
+    for (std::size_t i = 0; i < ids.size(); ++i) flag_non_finite(*exec_, grads[i], flags.data() + i);
+    coll.allreduce_sum(flags);
+    return flags_.host(*exec_, flags_host_).first(ids.size());
+  }
+
+  /// Refuses, before anything changes, a bucket with a layer that is not registered, was handed
+  /// over already in this step or twice in it, or whose gradient has another length.
+  void check_bucket(std::span<const std::uint32_t> ids, std::span<const std::span<float>> grads) {
+    BELLOWS_EXPECTS(grads.size() == ids.size(), "synchronizer: a bucket of ", ids.size(), " layers got ", grads.size(),
+                    " gradients");
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      BELLOWS_EXPECTS(ids[i] < layers_.size(), "synchronizer: a bucket names layer ", ids[i], " of ", layers_.size(),
+                      " registered");
+      BELLOWS_EXPECTS(grads[i].size() == layers_[ids[i]].size(), "synchronizer: layer '", layers_[ids[i]].name,
+                      "' of shape ", layers_[ids[i]].shape.to_string(), " has ", layers_[ids[i]].size(),
+                      " elements, its gradient ", grads[i].size());
+    }
+    std::size_t marked = 0;
+    for (; marked < ids.size() && handed_over_[ids[marked]] == 0; ++marked) handed_over_[ids[marked]] = checking;
+    const bool fresh = marked == ids.size();
+    for (std::size_t i = 0; i < marked; ++i) handed_over_[ids[i]] = 0;
+    if (!fresh)
+      fail("synchronizer: layer '", layers_[ids[marked]].name, "' handed over twice in step ", steps_,
+           "; hand over each layer once per step");
+  }
+
+  /// After the last bucket of a step: the norms measured, the counters.
+  void end_step() {
+    if (measure_norms_) {
+      const std::span<const float> norms = norms_.host(*exec_, norms_host_);
+      for (std::size_t id = 0; id < layers_.size(); ++id)
+        if (handed_over_[id] != voted_out) telemetry_[id].grad_norm = norms[id];
+    }
+    std::ranges::fill(handed_over_, 0);
+    handed_ = 0;
+    ++steps_;
   }
 
   /// Every rank registered the same layers: one allreduce of the bytes b of the layer count and
@@ -480,13 +606,26 @@ private:
     return h;
   }
 
+  // handed_over_: per layer, in the step in progress
+  static constexpr std::uint8_t handed = 1, voted_out = 2, checking = 3;
+
   C critical_, normal_;  // the compressors of regime::critical and regime::normal
   D detector_;
   Exec* exec_;
+  bucket_exchange<Exec> exchange_;
   std::vector<layer_info> layers_;
   std::vector<state_type> states_;
   std::vector<layer_telemetry> telemetry_;
-  std::vector<step_status> statuses_;
+  std::vector<step_status> statuses_;      // per layer, of the step in progress or the last
+  std::vector<std::uint32_t> ids_;         // 0, 1, 2, ...: the layers of step's buckets
+  std::vector<std::uint8_t> handed_over_;  // per layer: handed, voted_out, or 0
+  std::size_t handed_ = 0;                 // layers handed over in the step in progress
+  std::vector<std::uint32_t> bounds_;      // the own buckets (buckets())
+  std::size_t bucket_bytes_ = std::size_t{25} << 20;
+  std::vector<bucket_layer<C>> bucket_;         // the bucket being exchanged
+  std::vector<std::uint32_t> in_bucket_;        // its layers' ids
+  std::vector<reduce_result> results_;          // and their results
+  std::vector<step_status> bucket_statuses_;    // what step_bucket returns
   float_array_for<Exec> flags_, norms_;         // one per layer: the finiteness vote, the measured norms
   std::vector<float> flags_host_, norms_host_;  // their host copies (used on the device)
   static constexpr std::uint64_t offset_basis = 0xCBF29CE484222325ULL;  // FNV-1a's
