@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto before = sync.checkpoint(solo);
   try {
     sync.restore(std::as_bytes(std::span(data, size)), solo);
-    if (sync.checkpoint(solo).size() != before.size()) std::abort();
+    // the same states; a file of version 5 may also hold buckets (4 bytes each)
+    if (sync.checkpoint(solo).size() != before.size() + sizeof(std::uint32_t) * sync.buckets().size()) std::abort();
   } catch (const bellows::wire_error&) {
     if (sync.checkpoint(solo) != before) std::abort();
   }

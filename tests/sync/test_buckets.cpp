@@ -31,17 +31,17 @@
 
 namespace {
 
+using bellows::regime;
 using bellows::collectives::local;
 using bellows::collectives::local_group;
-using bellows::regime;
 
 // Bytes of gradient: 120, 1920, 864, 4, 80, 64, 36, 1792, 8000, 24, 1024. With a budget of 2048
 // bytes, grouped from the last layer back: {9, 10}, {8} (larger than the budget), {3..7}, {2},
 // {0, 1}.
-const bellows::shape shapes[] = {bellows::shape{30},    bellows::shape{24, 20}, bellows::shape{8, 3, 3, 3},
-                                 bellows::shape{},      bellows::shape{5, 4},   bellows::shape{16},
-                                 bellows::shape{9},     bellows::shape{7, 64},  bellows::shape{40, 50},
-                                 bellows::shape{6},     bellows::shape{16, 16}};
+const bellows::shape shapes[] = {bellows::shape{30}, bellows::shape{24, 20}, bellows::shape{8, 3, 3, 3},
+                                 bellows::shape{},   bellows::shape{5, 4},   bellows::shape{16},
+                                 bellows::shape{9},  bellows::shape{7, 64},  bellows::shape{40, 50},
+                                 bellows::shape{6},  bellows::shape{16, 16}};
 constexpr std::size_t layer_count = std::size(shapes);
 constexpr std::size_t budget = 2048;
 const std::vector<std::uint32_t> own_buckets = {0, 2, 3, 8, 9, 11};
@@ -52,7 +52,8 @@ bool poisoned(std::size_t layer, std::size_t step) { return (layer == 1 && step 
 
 std::vector<float> gradient(std::size_t layer, std::size_t rank, std::size_t ranks, std::size_t step) {
   auto g = bellows::testing::normal_floats(shapes[layer].size(), 7919 * step + 131 * rank + layer);
-  if (rank + 1 == ranks && poisoned(layer, step) && !g.empty()) g[g.size() / 2] = std::numeric_limits<float>::quiet_NaN();
+  if (rank + 1 == ranks && poisoned(layer, step) && !g.empty())
+    g[g.size() / 2] = std::numeric_limits<float>::quiet_NaN();
   return g;
 }
 
@@ -98,9 +99,9 @@ std::vector<std::vector<std::uint32_t>> caller_buckets(std::size_t step) {
 struct run_record {
   std::vector<std::vector<float>> outputs;  // per step and layer
   std::vector<bellows::step_status> statuses;
-  std::vector<bellows::traffic> sent;     // per layer, over all steps
-  std::vector<std::byte> states;          // every layer's state after the last step
-  std::vector<std::size_t> calls;         // per step
+  std::vector<bellows::traffic> sent;  // per layer, over all steps
+  std::vector<std::byte> states;       // every layer's state after the last step
+  std::vector<std::size_t> calls;      // per step
   std::vector<double> seen;
 };
 
@@ -222,7 +223,7 @@ void check_buckets(const C& critical, const C& normal) {
         CHECK(same(own[rank], want[rank]));
         CHECK(same(theirs[rank], want[rank]));
         CHECK(std::ranges::count(want[rank].statuses, bellows::step_status::non_finite) == 2);
-        CHECK(own[rank].calls[3] == calls);  // a step of finite inputs after the first
+        CHECK(own[rank].calls[3] == calls);      // a step of finite inputs after the first
         CHECK(own[rank].calls[0] == calls + 1);  // the first also checks the layers
       }
     }

@@ -843,6 +843,41 @@ TEST_CASE("synchronizer: a version-2 checkpoint, saved before the level-change o
   CHECK(reset.checkpoint(solo) == before);
 }
 
+TEST_CASE("synchronizer: a version-4 checkpoint, saved before buckets, loads with none and saves as version 5") {
+  bellows::cpu::executor exec(1);
+  const std::filesystem::path corpus(BELLOWS_TEST_CORPUS);
+  const std::vector<std::byte> seed = bellows::read_file(corpus / "checkpoint_stateful/powersgd_epoch3_v4");
+  const std::span<const std::byte> v4 = std::span(seed).subspan(1);  // after the fuzz seed's selector byte
+  std::uint32_t version = 0;
+  std::memcpy(&version, v4.data() + 4, sizeof version);
+  REQUIRE(version == 4);
+  const bellows::rank_place solo{0, 1};
+  auto sync = powersgd_seed_sync(exec);
+  sync.restore(v4, solo);
+  CHECK(sync.buckets().empty());
+  // Version 5 writes the same record with its version and, after the level change, a bucket
+  // count of 0 (8 bytes): nothing else of the file changed.
+  const std::vector<std::byte> v5 = sync.checkpoint(solo);
+  REQUIRE(v5.size() == v4.size() + 8);
+  std::memcpy(&version, v5.data() + 4, sizeof version);
+  CHECK(version == 5);
+  std::size_t at = 8;
+  while (at < v4.size() && v5[at] == v4[at]) ++at;
+  bool zeros = true;
+  for (std::size_t i = at; i < at + 8; ++i) zeros = zeros && v5[i] == std::byte{0};
+  CHECK(zeros);
+  CHECK(std::equal(v4.begin() + static_cast<std::ptrdiff_t>(at), v4.end(),
+                   v5.begin() + static_cast<std::ptrdiff_t>(at + 8)));
+  CHECK(std::equal(v4.begin() + 8, v4.begin() + static_cast<std::ptrdiff_t>(at), v5.begin() + 8));
+  // The next step plans the buckets from the budget: all three layers in one.
+  std::vector<std::vector<float>> g;
+  for (std::size_t id = 0; id < sync.layers(); ++id) g.emplace_back(sync.layer(id).size(), 0.5f);
+  std::vector<std::span<float>> v(g.begin(), g.end());
+  bellows::archetypes::collective one;
+  (void)sync.step(v, one);
+  CHECK(std::ranges::equal(sync.buckets(), std::vector<std::uint32_t>{0, 3}));
+}
+
 TEST_CASE("synchronizer: each rank saves its own file; a file of another rank or world size is refused naming both, "
           "and changes nothing") {
   constexpr std::size_t w = 3;

@@ -83,7 +83,7 @@ public:
   /// and one allgather at most per round; then one synchronize() of the executor for the whole
   /// bucket. A malformed gathered payload raises bellows::wire_error naming its layer; then no
   /// layer of the bucket is committed (their states are as before the step), and the gradients
-  /// of the layers before it in the bucket hold their averages.
+  /// of the layers finished before it hold their averages.
   template <PhasedCompressor C, CollectiveFor<Exec> Coll>
   void run(std::span<const bucket_layer<C>> bucket, std::span<reduce_result> results, Coll& coll) {
     BELLOWS_EXPECTS(results.size() == bucket.size(), "bucket_exchange: ", results.size(), " results for ",
@@ -94,17 +94,23 @@ public:
       return;
     }
     const std::size_t rank = coll.rank(), ranks = coll.size();
-    const std::size_t rounds = lay_out(bucket, ranks);
-    for (std::size_t l = 0; l < bucket.size(); ++l)
+    const std::size_t rounds = lay_out(bucket, ranks), n = bucket.size();
+    // Each sweep over the layers runs the other way from the one before: the layers a sweep
+    // touched last, still in cache, are the next one's first.
+    const auto layer = [n](std::size_t sweep, std::size_t i) { return sweep % 2 == 0 ? i : n - 1 - i; };
+    for (std::size_t l = 0; l < n; ++l)
       bucket[l].compressor->begin(*bucket[l].state, bucket[l].grad, parts(l, false), rank, ranks);
     exchange(0, coll);
     for (std::size_t r = 1; r < rounds; ++r) {
-      for (std::size_t l = 0; l < bucket.size(); ++l)
-        if (r < places_[l].rounds) bucket[l].compressor->next(*bucket[l].state, bucket[l].grad, r, parts(l, true));
+      for (std::size_t i = 0; i < n; ++i)
+        if (const std::size_t l = layer(r, i); r < places_[l].rounds)
+          bucket[l].compressor->next(*bucket[l].state, bucket[l].grad, r, parts(l, true));
       exchange(r, coll);
     }
-    for (std::size_t l = 0; l < bucket.size(); ++l)
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t l = layer(rounds, i);
       bucket[l].compressor->finish(*bucket[l].state, bucket[l].grad, parts(l, true), rank, ranks);
+    }
     exec_->synchronize();  // the bucket's one wait
     for (std::size_t l = 0; l < bucket.size(); ++l) results[l] = bucket[l].compressor->conclude(*bucket[l].state);
   }
