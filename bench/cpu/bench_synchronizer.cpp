@@ -14,9 +14,19 @@
 // compressors called directly on their own states and buffers, alternating with the synchronizer
 // step: a cross-check, off from compressors_us by memory placement alone), and x_floor and
 // floor_ms of the synchronizer step against one streaming read of all the gradients.
+//
+//   synchronizer-resnet50/<method>/<exchange>/threads:<t>
+//     the whole step of ResNet-50's 161 tensors (25.6 M parameters) at W = 1 (the archetype
+//     collective), a static policy, t threads; exchange `buckets` (the own buckets of 25 MiB, on
+//     the phases) or `layers` (a layer per bucket: each layer's reduce, the step before buckets).
+//     Counters: step_ms (median over the steps), x_floor and floor_ms against one streaming read
+//     of all the gradients.
 #include <bellows/compressors/powersgd.hpp>
 #include <bellows/compressors/topk.hpp>
+#include <bellows/compressors/qsgd.hpp>
+#include <bellows/compressors/signsgd.hpp>
 #include <bellows/regime/accordion.hpp>
+#include <bellows/regime/static_policy.hpp>
 #include <bellows/sync/synchronizer.hpp>
 
 #include <algorithm>
@@ -27,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "bellows-bench/models.hpp"
 #include "cpu/sparse_cases.hpp"
 
 namespace {
@@ -126,7 +137,66 @@ void compare(benchmark::State& state, const C& compressor, bool check_epoch) {
   state.counters["floor_ms"] = floor_s * 1e3;
 }
 
+/// The executors of the ResNet-50 cases, by thread count.
+bellows::cpu::executor& threads(std::size_t t) {
+  static bellows::cpu::executor two(2);
+  return t == 1 ? bellows::bench::one_thread() : two;
+}
+
+template <class C>
+void resnet_step(benchmark::State& state, const C& compressor, bool bucketed, bellows::cpu::executor& exec) {
+  bellows::archetypes::collective coll;
+  bellows::synchronizer sync(compressor, compressor, bellows::static_policy(bellows::regime::critical), exec);
+  if (!bucketed) sync.set_bucket_bytes(0);
+  std::vector<std::vector<float>> source, grads;
+  std::size_t total = 0;
+  for (const bellows::layer_info& l : bellows::tool::resnet50()) {
+    (void)sync.add_layer(l.name, l.shape);
+    total += l.size();
+  }
+  const std::vector<float>& data = bellows::bench::gradient(total, bellows::bench::distribution::normal);
+  std::size_t offset = 0;
+  for (std::size_t id = 0; id < sync.layers(); ++id) {
+    const std::size_t n = sync.layer(id).size();
+    source.emplace_back(data.begin() + static_cast<std::ptrdiff_t>(offset),
+                        data.begin() + static_cast<std::ptrdiff_t>(offset + n));
+    offset += n;
+  }
+  grads = source;
+  const std::vector<std::span<float>> views(grads.begin(), grads.end());
+  std::vector<double> step_s;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (std::size_t id = 0; id < source.size(); ++id) std::ranges::copy(source[id], grads[id].begin());
+    state.ResumeTiming();
+    const auto start = clock_type::now();
+    (void)sync.step(views, coll);
+    step_s.push_back(since(start));
+  }
+  const double s = bellows::bench::median(step_s);
+  const double floor_s = bellows::bench::stream_read_seconds(std::span<const float>(data));
+  state.counters["step_ms"] = s * 1e3;
+  state.counters["x_floor"] = s / floor_s;
+  state.counters["floor_ms"] = floor_s * 1e3;
+}
+
+template <class Make>
+void register_resnet(const std::string& method, Make make) {
+  for (const std::size_t t : {1u, 2u})
+    for (const bool bucketed : {false, true})
+      benchmark::RegisterBenchmark(
+          ("synchronizer-resnet50/" + method + (bucketed ? "/buckets" : "/layers") + "/threads:" + std::to_string(t))
+              .c_str(),
+          [=](benchmark::State& s) { resnet_step(s, make(threads(t)), bucketed, threads(t)); })
+          ->MinTime(2.0)
+          ->UseRealTime();
+}
+
 const bool registered = [] {
+  register_resnet("powersgd-r4", [](bellows::cpu::executor& e) { return bellows::powersgd<>({.rank = 4}, e); });
+  register_resnet("topk-1%", [](bellows::cpu::executor& e) { return bellows::topk<>({.ratio = 0.01}, e); });
+  register_resnet("qsgd-8", [](bellows::cpu::executor& e) { return bellows::qsgd<>({.bits = 8}, e); });
+  register_resnet("signsgd", [](bellows::cpu::executor& e) { return bellows::signsgd<>({}, e); });
   for (const bool check : {false, true}) {
     const std::string epoch = check ? "check" : "plain";
     benchmark::RegisterBenchmark(("synchronizer/powersgd-r4/" + epoch).c_str(), [check](benchmark::State& s) {

@@ -235,6 +235,44 @@ TEST_CASE("cli: usage errors and bad method configurations exit 2 with the messa
   }
 }
 
+TEST_CASE("cli: --model models a whole model's step per layer and per bucket, beside DDP; its usage errors") {
+  scratch s;
+  const json j = bench_json(s, "--model resnet50 --workers 8 --link 30,1.25 --method powersgd --rank 4 --method qsgd");
+  CHECK(j["tensors"] == 161);
+  CHECK(j["parameters"] == 25557032);
+  CHECK(j["workers"] == 8);
+  CHECK(j["ddp_fp32"]["calls"] == j["buckets"]);
+  CHECK(j["ddp_fp32"]["bytes_handed"].get<double>() == 4.0 * 25557032);
+  REQUIRE(j["methods"].size() == 2);
+  for (const json& m : j["methods"]) {
+    CAPTURE(m["name"].get<std::string>());
+    CHECK(m["per_bucket"]["calls"].get<int>() <= 16);  // the issue's target at W = 8
+    CHECK(m["per_layer"]["calls"].get<int>() >= 161);
+    CHECK(m["per_bucket"]["modeled_s"].get<double>() < m["per_layer"]["modeled_s"].get<double>());
+    CHECK(m["per_bucket"]["modeled_s"].get<double>() <= m["per_bucket"]["modeled_ring_s"].get<double>());
+  }
+  const outcome table = bench(s, "--model bert-base --workers 64 --method topk");
+  CHECK(table.code == 0);
+  CHECK(table.out.find("model: bert-base, 199 tensors, 109482240 parameters") != std::string::npos);
+  CHECK(table.out.find("ddp fp32") != std::string::npos);
+  const std::pair<std::string, const char*> cases[] = {
+      {"--model resnet50", "no method"},
+      {"--model resnet50 --method identity --link 30", "--link 30: give LATENCY_US,BANDWIDTH_GBPS"},
+      {"--model resnet50 --method identity --link 30,-1", "the bandwidth > 0"},
+      {"--model resnet50 --synthetic normal --shape 4 --method identity", "--model models a whole step"},
+      {"--model resnet50 --method powersgd --rank 0", "--method powersgd: powersgd: rank must be >= 1, got 0"},
+  };
+  for (const auto& [args, phrase] : cases) {
+    CAPTURE(args);
+    const outcome o = bench(s, args);
+    CHECK(o.code == 2);
+    CHECK(o.err.find(phrase) != std::string::npos);
+  }
+  const outcome missing = bench(s, "--model '" + (s / "none.json") + "' --method identity");
+  CHECK(missing.code == 3);
+  CHECK(missing.err.find("neither a built-in model") != std::string::npos);
+}
+
 TEST_CASE("cli: --backend cuda measures the device compressors, or says why it cannot") {
   scratch s;
   npy::write(s / "g.npy", bellows::shape{64, 48}, bellows::testing::normal_floats(64 * 48, 4));

@@ -2,6 +2,7 @@
 // bellows-bench: what each compressor costs and how much it distorts a user's own gradients.
 //
 //   bellows-bench grad.npy --method topk --ratio 0.01 --method powersgd --rank 2 --steps 10
+//   bellows-bench --model resnet50 --workers 64 --link 30,1.25 --method powersgd --rank 4
 //
 // Exit codes: 0 success, 1 another failure (writing --out, an internal error), 2 a usage error
 // (printed with the usage line), 3 an input file that cannot be used.
@@ -28,6 +29,7 @@
 #include "bellows-bench/input.hpp"
 #include "bellows-bench/measure.hpp"
 #include "bellows-bench/methods.hpp"
+#include "bellows-bench/model.hpp"
 #include "bellows-bench/npy.hpp"
 #include "bellows-bench/progress.hpp"
 #include "bellows-bench/report.hpp"
@@ -44,8 +46,8 @@ constexpr int exit_usage = 2;
 constexpr int exit_bad_input = 3;
 
 constexpr const char* usage_line =
-    "usage: bellows-bench (FILE.npy... | --synthetic DIST --shape AxB...) --method NAME [its options]\n"
-    "                     [--method NAME [its options]]... [options]";
+    "usage: bellows-bench (FILE.npy... | --synthetic DIST --shape AxB... | --model NAME|FILE.json)\n"
+    "                     --method NAME [its options] [--method NAME [its options]]... [options]";
 
 /// A command line that cannot be run; main prints it with the usage line and exits 2.
 class usage_error : public std::runtime_error {
@@ -71,6 +73,9 @@ struct options {
   unsigned threads = 0;
   bool json = false;
   std::string out;
+  std::string model;
+  std::string link = "30,1.25";
+  double bucket_mb = 25;
   std::vector<method_group> groups;
 };
 
@@ -137,6 +142,16 @@ void add_global_options(CLI::App& app, options& o) {
   app.add_option("--threads", o.threads, "CPU threads of the compressors' kernels (0: all cores)")
       ->capture_default_str();
   app.add_flag("--json", o.json, "print JSON instead of the table");
+  app.add_option("--model", o.model,
+                 "model a whole model's step instead of measuring a gradient: resnet50, bert-base, or a "
+                 "JSON file {\"layers\": [{\"name\": ..., \"shape\": [...]}, ...]}; reports collective calls, "
+                 "bytes and modeled time per rank, layer by layer and in buckets, beside DDP's allreduce");
+  app.add_option("--link", o.link, "with --model: LATENCY_US,BANDWIDTH_GBPS of the alpha-beta link")
+      ->capture_default_str();
+  app.add_option("--bucket-mb", o.bucket_mb,
+                 "with --model: the buckets' budget in MiB of gradient (DDP's bucket_cap_mb)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   app.add_option("--out", o.out,
                  "write the averaged result of the last step as a float32 .npy file; with several "
                  "methods, FILE.npy becomes FILE.<position>.<method>.npy");
@@ -258,10 +273,49 @@ std::string out_path(const options& o, std::size_t position) {
       .string();
 }
 
+/// --model: the modeled step of every method, layer by layer and in buckets, and DDP's.
+int run_model(options& o) {
+  if (o.groups.empty())
+    throw usage_error("no method: give at least one --method NAME (" +
+                      bellows::method_names(bellows::compressor_methods{}) + ")");
+  if (!o.files.empty() || !o.synthetic.empty() || !o.out.empty() || o.backend != "cpu")
+    throw usage_error("--model models a whole step from the layers' shapes: give no .npy files, --synthetic, "
+                      "--out or --backend");
+  bellows::collectives::alpha_beta link;
+  try {
+    link = parse_link(o.link);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+  const std::vector<bellows::layer_info> layers = load_model(o.model);
+  const auto budget = static_cast<std::size_t>(o.bucket_mb * 1024 * 1024);
+  const std::vector<std::uint32_t> bounds = bellows::plan_buckets(layers, budget);
+  model_report report{o.model, layers, bounds.size() - 1, budget, link, o.workers, ddp(layers, bounds, o.workers, link),
+                      {}};
+  for (method_group& g : o.groups) {
+    g.args.seed = o.seed;
+    if (g.args.feedback.empty()) g.args.feedback = o.feedback;
+    std::vector<bellows::exchange_rounds> rounds;
+    try {
+      rounds = g.m->rounds(g.args, layers, o.workers);
+    } catch (const bellows::error& e) {
+      throw usage_error("--method " + std::string(g.m->name) + ": " + e.what());
+    }
+    report.methods.push_back({std::string(g.m->name), g.m->params(g.args), per_layer(rounds, o.workers, link),
+                              per_bucket(rounds, bounds, o.workers, link)});
+  }
+  if (o.json)
+    std::cout << to_json(report).dump(2) << '\n';
+  else
+    print_table(std::cout, report);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   std::optional<options> parsed = parse(argc, argv);
   if (!parsed) return 0;
   options& o = *parsed;
+  if (!o.model.empty()) return run_model(o);
   check_combinations(o);
 #if defined(BELLOWS_BENCH_CUDA)
   if (o.backend == "cuda" && !device_present()) {

@@ -21,6 +21,7 @@
 #include "bellows/compressors/list.hpp"
 #include "bellows/core/method.hpp"
 #include "bellows/core/shape.hpp"
+#include "bellows/core/traffic.hpp"
 #include "bellows/cpu/executor.hpp"
 
 namespace bellows::tool {
@@ -53,6 +54,8 @@ struct method {
   nlohmann::ordered_json (*params)(const method_args&);
   void (*check)(const method_args&, const layer_info&, cpu::executor&);
   method_result (*run)(const method_args&, const run_request&);
+  /// Per layer, the rounds of a step over `ranks` ranks (Compressor 4), from a fresh state.
+  std::vector<exchange_rounds> (*rounds)(const method_args&, std::span<const layer_info>, std::size_t ranks);
 };
 
 namespace detail {
@@ -98,10 +101,20 @@ method_result run(const method_args& a, const run_request& req) {
   return tool::measure(req, [&](cpu::executor& e) { return M::make(p, e); });
 }
 
+template <class M>
+std::vector<exchange_rounds> rounds(const method_args& a, std::span<const layer_info> layers, std::size_t ranks) {
+  const typename M::params p = M::configure(a.settings());
+  auto c = M::make(p, cpu::executor::shared());
+  std::vector<exchange_rounds> out;
+  out.reserve(layers.size());
+  for (const layer_info& l : layers) out.push_back(c.rounds(c.make_state(l), ranks));
+  return out;
+}
+
 template <class... Methods>
 std::vector<method> entries(method_list<Methods...>) {
   return {method{Methods::name, Methods::summary, &add_options<Methods>, &params<Methods>, &check<Methods>,
-                 &run<Methods>}...};
+                 &run<Methods>, &rounds<Methods>}...};
 }
 
 }  // namespace detail
