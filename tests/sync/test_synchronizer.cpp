@@ -815,19 +815,25 @@ auto powersgd_seed_sync(bellows::cpu::executor& exec) {
   return sync;
 }
 
+/// The checkpoint of a fuzz seed of tests/corpus (the bytes after the seed's first byte, which
+/// picks its layer set), saved by `version`.
+std::vector<std::byte> seed_checkpoint(const char* file, std::uint32_t version) {
+  const std::vector<std::byte> seed = bellows::read_file(std::filesystem::path(BELLOWS_TEST_CORPUS) / file);
+  std::vector<std::byte> bytes(seed.begin() + 1, seed.end());
+  std::uint32_t saved_by = 0;
+  std::memcpy(&saved_by, bytes.data() + 4, sizeof saved_by);
+  REQUIRE(saved_by == version);
+  return bytes;
+}
+
 }  // namespace
 
 TEST_CASE("synchronizer: a version-2 checkpoint, saved before the level-change option, loads as keep") {
   bellows::cpu::executor exec(1);
-  // The first byte of a fuzz seed picks its layer set; the checkpoint follows. checkpoint_v2/ holds
-  // the file as version 2 wrote it; checkpoint_stateful/ the same state in version 3 (keep).
-  const std::filesystem::path corpus(BELLOWS_TEST_CORPUS);
-  const std::vector<std::byte> v2 = bellows::read_file(corpus / "checkpoint_v2/powersgd_epoch3");
-  const std::vector<std::byte> v3 = bellows::read_file(corpus / "checkpoint_stateful/powersgd_epoch3");
-  const std::span<const std::byte> old_bytes = std::span(v2).subspan(1), new_bytes = std::span(v3).subspan(1);
-  std::uint32_t version = 0;
-  std::memcpy(&version, old_bytes.data() + 4, sizeof version);
-  REQUIRE(version == 2);
+  // checkpoint_v2/ holds the file as version 2 wrote it; checkpoint_stateful/ the same state in
+  // version 3 (keep).
+  const std::vector<std::byte> old_bytes = seed_checkpoint("checkpoint_v2/powersgd_epoch3", 2);
+  const std::vector<std::byte> new_bytes = seed_checkpoint("checkpoint_stateful/powersgd_epoch3", 3);
   const bellows::rank_place solo{0, 1};
   auto sync = powersgd_seed_sync(exec);
   sync.restore(old_bytes, solo);
@@ -845,12 +851,7 @@ TEST_CASE("synchronizer: a version-2 checkpoint, saved before the level-change o
 
 TEST_CASE("synchronizer: a version-4 checkpoint, saved before buckets, loads with none and saves as version 5") {
   bellows::cpu::executor exec(1);
-  const std::filesystem::path corpus(BELLOWS_TEST_CORPUS);
-  const std::vector<std::byte> seed = bellows::read_file(corpus / "checkpoint_stateful/powersgd_epoch3_v4");
-  const std::span<const std::byte> v4 = std::span(seed).subspan(1);  // after the fuzz seed's selector byte
-  std::uint32_t version = 0;
-  std::memcpy(&version, v4.data() + 4, sizeof version);
-  REQUIRE(version == 4);
+  const std::vector<std::byte> v4 = seed_checkpoint("checkpoint_stateful/powersgd_epoch3_v4", 4);
   const bellows::rank_place solo{0, 1};
   auto sync = powersgd_seed_sync(exec);
   sync.restore(v4, solo);
@@ -859,6 +860,7 @@ TEST_CASE("synchronizer: a version-4 checkpoint, saved before buckets, loads wit
   // count of 0 (8 bytes): nothing else of the file changed.
   const std::vector<std::byte> v5 = sync.checkpoint(solo);
   REQUIRE(v5.size() == v4.size() + 8);
+  std::uint32_t version = 0;
   std::memcpy(&version, v5.data() + 4, sizeof version);
   CHECK(version == 5);
   std::size_t at = 8;
