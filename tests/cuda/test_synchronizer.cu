@@ -396,6 +396,73 @@ TEST_CASE("cuda synchronizer: a checkpoint taken on one backend resumes on the o
   }
 }
 
+#if defined(BELLOWS_EMULATED_CUDA)
+namespace {
+
+/// Every rank's waits for the stream in the second step of the Synchronizer `make` builds, on
+/// the scenario's three layers (one bucket at the default budget; a layer each at 0).
+template <class Make>
+std::vector<std::uint64_t> step_waits(Make make, std::size_t bucket_bytes, bool norms = false) {
+  const scenario sc;
+  std::vector<std::uint64_t> waits(ranks());
+  bellows::test::on_every_device([&](std::size_t rank, bellows::collectives::nccl& coll) {
+    bellows::cuda::executor exec(coll.stream());
+    auto sync = make(exec);
+    register_layers(sync, sc);
+    sync.set_bucket_bytes(bucket_bytes);
+    sync.measure_gradient_norms(norms);
+    device_grads grads(sc);
+    for (std::size_t s = 0; s < 2; ++s) {  // the first step also checks the layers
+      for (std::size_t l = 0; l < sc.shapes.size(); ++l) grads.set(l, sc.gradient(0, s, rank, l));
+      const std::uint64_t before = bellows_emulated_waits();
+      (void)sync.step(grads.spans(), coll);
+      waits[rank] = bellows_emulated_waits() - before;
+    }
+  });
+  return waits;
+}
+
+template <template <class> class C, class Params>
+auto static_sync(const Params& p) {
+  return [p](bellows::cuda::executor& exec) {
+    using S = bellows::synchronizer<C<bellows::cuda::executor>, bellows::static_policy, bellows::cuda::executor>;
+    return S(C<bellows::cuda::executor>(p, exec), C<bellows::cuda::executor>(p, exec),
+             bellows::static_policy(regime::critical), exec);
+  };
+}
+
+}  // namespace
+
+TEST_CASE("cuda synchronizer: a step in one bucket waits for the stream once, plus once per layer averaged from "
+          "gathered payloads; a check epoch's vote and the norms once more each") {
+  using V = std::vector<std::uint64_t>;
+  const std::size_t one = std::size_t{25} << 20, alone = 0;
+  const V w1(ranks(), 1), w2(ranks(), 2), w3(ranks(), 3), w4(ranks(), 4), w5(ranks(), 5);
+  // allreduce rounds: the bucket's one wait; a layer per bucket, each reduce's (PowerSGD's
+  // compressed layers two: its verdict before Q)
+  const bellows::powersgd_params ps{.rank = 2};
+  CHECK(step_waits(static_sync<bellows::powersgd>(ps), one) == w1);
+  CHECK(step_waits(static_sync<bellows::powersgd>(ps), alone) == w5);
+  CHECK(step_waits(static_sync<bellows::identity>(bellows::identity_params{}), one) == w1);
+  CHECK(step_waits(static_sync<bellows::identity>(bellows::identity_params{}), alone) == w3);
+  // allgather rounds: each layer's finish reads its payloads' verdicts
+  const bellows::qsgd_params q{.bits = 8, .bucket = 64};
+  CHECK(step_waits(static_sync<bellows::qsgd>(q), one) == w4);
+  CHECK(step_waits(static_sync<bellows::qsgd>(q), alone) == w3);
+  CHECK(step_waits(static_sync<bellows::topk>(topk_low), one) == w4);
+  // the norms, read back once per step
+  CHECK(step_waits(static_sync<bellows::powersgd>(ps), one, true) == w2);
+  // a check epoch of Accordion: the bucket's vote, read back before the exchange
+  const auto accordion_sync = [&](bellows::cuda::executor& exec) {
+    using D = bellows::basic_accordion<bellows::cuda::executor>;
+    using C = bellows::powersgd<bellows::cuda::executor>;
+    return bellows::synchronizer<C, D, bellows::cuda::executor>(C(ps, exec), C(ps, exec), D(scenario{}.accordion, exec),
+                                                                exec);
+  };
+  CHECK(step_waits(accordion_sync, one) == w2);
+}
+#endif
+
 TEST_CASE("cuda synchronizer: a static policy on the device runs as on the CPU" *
           doctest::skip(bellows::test::no_device())) {
   scenario sc;

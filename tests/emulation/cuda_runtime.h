@@ -242,7 +242,17 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
   delete s;
   return cudaSuccess;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+/// How many times this host thread waited for a stream (cudaStreamSynchronize), for the tests
+/// that count a step's waits; BELLOWS_EMULATED_CUDA tells them the count is there.
+#define BELLOWS_EMULATED_CUDA 1
+inline std::uint64_t& bellows_emulated_waits() {
+  thread_local std::uint64_t waits = 0;
+  return waits;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  ++bellows_emulated_waits();
+  return cudaSuccess;
+}
 
 // ---- the block scheduler -------------------------------------------------------------------
 

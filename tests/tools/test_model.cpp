@@ -41,9 +41,9 @@ std::size_t parameters(std::span<const bellows::layer_info> layers) {
   return n;
 }
 
-const bellows::shape shapes[] = {bellows::shape{30},   bellows::shape{24, 20}, bellows::shape{8, 3, 3, 3},
-                                 bellows::shape{},     bellows::shape{5, 4},   bellows::shape{7, 64},
-                                 bellows::shape{40, 50}, bellows::shape{6},    bellows::shape{16, 16}};
+const bellows::shape shapes[] = {bellows::shape{30},     bellows::shape{24, 20}, bellows::shape{8, 3, 3, 3},
+                                 bellows::shape{},       bellows::shape{5, 4},   bellows::shape{7, 64},
+                                 bellows::shape{40, 50}, bellows::shape{6},      bellows::shape{16, 16}};
 
 bool near(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b)); }
 
@@ -61,7 +61,8 @@ void check_model(const C& c, std::size_t budget) {
     std::vector<bellows::exchange_rounds> rounds;
     for (const auto& l : layers) rounds.push_back(probe.rounds(probe.make_state(l), w));
     const auto bounds = bellows::plan_buckets(layers, budget);
-    const tool::step_model m = budget == 0 ? tool::per_layer(rounds, w, link) : tool::per_bucket(rounds, bounds, w, link);
+    const tool::step_model m =
+        budget == 0 ? tool::per_layer(rounds, w, link) : tool::per_bucket(rounds, bounds, w, link);
     local_group group(w);
     std::atomic<int> right{0};
     group.run([&](local& comm) {
@@ -117,7 +118,8 @@ TEST_CASE("model: a layer list from JSON, and files that are not one") {
     std::ofstream(dir / name) << text;
     return (dir / name).string();
   };
-  const auto ok = tool::load_model(write("ok.json", R"({"layers": [{"name": "w", "shape": [3, 4]}, {"name": "b", "shape": []}]})"));
+  const auto ok =
+      tool::load_model(write("ok.json", R"({"layers": [{"name": "w", "shape": [3, 4]}, {"name": "b", "shape": []}]})"));
   REQUIRE(ok.size() == 2);
   CHECK(ok[0].shape == bellows::shape{3, 4});
   CHECK(ok[1].size() == 1);
@@ -125,8 +127,9 @@ TEST_CASE("model: a layer list from JSON, and files that are not one") {
                        tool::input_error);
   CHECK_THROWS_WITH_AS(tool::load_model(write("empty.json", R"({"layers": []})")), doctest::Contains("no layers"),
                        tool::input_error);
-  CHECK_THROWS_WITH_AS(tool::load_model(write("deep.json", R"({"layers": [{"name": "x", "shape": [1,1,1,1,1,1,1,1,1]}]})")),
-                       doctest::Contains("more than"), tool::input_error);
+  CHECK_THROWS_WITH_AS(
+      tool::load_model(write("deep.json", R"({"layers": [{"name": "x", "shape": [1,1,1,1,1,1,1,1,1]}]})")),
+      doctest::Contains("more than"), tool::input_error);
   CHECK_THROWS_WITH_AS(tool::load_model((dir / "missing.json").string()), doctest::Contains("neither a built-in model"),
                        tool::input_error);
   CHECK_THROWS_AS((void)tool::parse_link("30"), std::invalid_argument);

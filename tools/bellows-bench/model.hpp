@@ -54,8 +54,8 @@ namespace bellows::tool {
       out.push_back({static_cast<std::uint32_t>(out.size()), l.at("name").get<std::string>(), s});
     }
   } catch (const nlohmann::json::exception& e) {
-    throw input_error("--model " + what + ": not a layer list ({\"layers\": [{\"name\": ..., \"shape\": [...]}]}): " +
-                      e.what());
+    throw input_error("--model " + what +
+                      ": not a layer list ({\"layers\": [{\"name\": ..., \"shape\": [...]}]}): " + e.what());
   }
   if (out.empty()) throw input_error("--model " + what + ": no layers");
   return out;
@@ -201,8 +201,10 @@ struct model_report {
                                 {"ddp_fp32", to_json(r.ddp)},
                                 {"methods", nlohmann::ordered_json::array()}};
   for (const auto& m : r.methods)
-    out["methods"].push_back(
-        {{"name", m.name}, {"params", m.params}, {"per_layer", to_json(m.per_layer)}, {"per_bucket", to_json(m.per_bucket)}});
+    out["methods"].push_back({{"name", m.name},
+                              {"params", m.params},
+                              {"per_layer", to_json(m.per_layer)},
+                              {"per_bucket", to_json(m.per_bucket)}});
   return out;
 }
 
@@ -213,8 +215,8 @@ inline void print_table(std::ostream& os, const model_report& r) {
   std::snprintf(line, sizeof line, "model: %s, %zu tensors, %zu parameters; %zu buckets of at most %.4g MiB\n",
                 r.model.c_str(), r.layers.size(), params, r.buckets, static_cast<double>(r.bucket_bytes) / 1048576.0);
   os << line;
-  std::snprintf(line, sizeof line, "link:  %.4g us, %.4g GB/s; %zu workers; per rank and step\n", r.link.latency_s * 1e6,
-                r.link.bandwidth_bytes_per_s / 1e9, r.workers);
+  std::snprintf(line, sizeof line, "link:  %.4g us, %.4g GB/s; %zu workers; per rank and step\n",
+                r.link.latency_s * 1e6, r.link.bandwidth_bytes_per_s / 1e9, r.workers);
   os << line;
   std::snprintf(line, sizeof line, "%-12s %-11s %7s %12s %12s %12s %12s\n", "method", "exchange", "calls", "handed MB",
                 "got MB", "modeled ms", "ring ms");

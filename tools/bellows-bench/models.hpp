@@ -16,7 +16,9 @@ namespace bellows::tool {
 /// named_parameters(), 25,557,032 parameters.
 [[nodiscard]] inline std::vector<layer_info> resnet50() {
   std::vector<layer_info> out;
-  auto add = [&out](std::string name, shape s) { out.push_back({static_cast<std::uint32_t>(out.size()), std::move(name), s}); };
+  auto add = [&out](std::string name, shape s) {
+    out.push_back({static_cast<std::uint32_t>(out.size()), std::move(name), s});
+  };
   auto norm = [&add](const std::string& name, std::size_t c) {
     add(name + ".weight", shape{c});
     add(name + ".bias", shape{c});
@@ -51,7 +53,9 @@ namespace bellows::tool {
 /// named_parameters(), 109,482,240 parameters.
 [[nodiscard]] inline std::vector<layer_info> bert_base() {
   std::vector<layer_info> out;
-  auto add = [&out](std::string name, shape s) { out.push_back({static_cast<std::uint32_t>(out.size()), std::move(name), s}); };
+  auto add = [&out](std::string name, shape s) {
+    out.push_back({static_cast<std::uint32_t>(out.size()), std::move(name), s});
+  };
   auto dense = [&add](const std::string& name, std::size_t rows, std::size_t cols) {
     add(name + ".weight", shape{rows, cols});
     add(name + ".bias", shape{rows});

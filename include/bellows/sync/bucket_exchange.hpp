@@ -86,12 +86,23 @@ public:
   /// of the layers finished before it hold their averages.
   template <PhasedCompressor C, CollectiveFor<Exec> Coll>
   void run(std::span<const bucket_layer<C>> bucket, std::span<reduce_result> results, Coll& coll) {
+    if (!start(bucket, results, coll)) return;
+    exec_->synchronize();  // the bucket's one wait
+    conclude(bucket, results);
+  }
+
+  /// run() up to its wait, for a caller that exchanges several buckets and waits once for all of
+  /// them: a bucket of two or more layers runs its phases up to finish, and returns true (then
+  /// after the executor's synchronize(), conclude() gives the results); a bucket of one layer
+  /// runs its reduce, writes results[0] and returns false. The next bucket may start at once.
+  template <PhasedCompressor C, CollectiveFor<Exec> Coll>
+  bool start(std::span<const bucket_layer<C>> bucket, std::span<reduce_result> results, Coll& coll) {
     BELLOWS_EXPECTS(results.size() == bucket.size(), "bucket_exchange: ", results.size(), " results for ",
                     bucket.size(), " layers");
-    if (bucket.empty()) return;
+    if (bucket.empty()) return false;
     if (bucket.size() == 1) {
       results[0] = bucket[0].compressor->reduce(*bucket[0].state, bucket[0].grad, coll);
-      return;
+      return false;
     }
     const std::size_t rank = coll.rank(), ranks = coll.size();
     const std::size_t rounds = lay_out(bucket, ranks), n = bucket.size();
@@ -111,7 +122,13 @@ public:
       const std::size_t l = layer(rounds, i);
       bucket[l].compressor->finish(*bucket[l].state, bucket[l].grad, parts(l, true), rank, ranks);
     }
-    exec_->synchronize();  // the bucket's one wait
+    return true;
+  }
+
+  /// After start() returned true for `bucket` and the executor's synchronize(): each layer's
+  /// conclude (its status and traffic; the commit of a finite step).
+  template <PhasedCompressor C>
+  void conclude(std::span<const bucket_layer<C>> bucket, std::span<reduce_result> results) {
     for (std::size_t l = 0; l < bucket.size(); ++l) results[l] = bucket[l].compressor->conclude(*bucket[l].state);
   }
 

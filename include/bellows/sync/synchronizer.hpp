@@ -131,7 +131,8 @@ public:
 
   /// One training step: `grads[id]` is layer id's local gradient, replaced by the average over
   /// ranks of the compressed contributions. A collective call: the synchronizer's own buckets
-  /// (set_bucket_bytes), from the last back, each one step_bucket. Returns one status per layer.
+  /// (set_bucket_bytes), from the last back, each as step_bucket exchanges one, with one wait
+  /// for the executor after all of them. Returns one status per layer.
   template <Collective Coll>
   std::span<const step_status> step(std::span<const std::span<float>> grads, Coll& coll) {
     BELLOWS_EXPECTS(grads.size() == layers_.size(), "synchronizer: step got ", grads.size(), " gradients for ",
@@ -144,9 +145,15 @@ public:
       return statuses_;
     }
     if (bounds_.empty()) bounds_ = plan_buckets(layers_, bucket_bytes_);  // the first step
-    for (std::size_t b = bounds_.size() - 1; b-- > 0;) {
-      const std::size_t first = bounds_[b], count = bounds_[b + 1] - first;
-      (void)step_bucket(std::span<const std::uint32_t>(ids_).subspan(first, count), grads.subspan(first, count), coll);
+    try {
+      for (std::size_t b = bounds_.size() - 1; b-- > 0;) {
+        const std::size_t first = bounds_[b], count = bounds_[b + 1] - first;
+        start_bucket(std::span<const std::uint32_t>(ids_).subspan(first, count), grads.subspan(first, count), coll);
+      }
+      settle();
+    } catch (...) {
+      abandon_step();
+      throw;
     }
     return statuses_;
   }
@@ -161,56 +168,14 @@ public:
   template <Collective Coll>
   std::span<const step_status> step_bucket(std::span<const std::uint32_t> ids, std::span<const std::span<float>> grads,
                                            Coll& coll) {
-    check_bucket(ids, grads);
-    if (steps_ == 0 && handed_ == 0) verify_layers(coll);
-    if (flags_.size() != layers_.size()) {  // the first step
-      flags_ = float_array_for<Exec>(*exec_, layers_.size());
-      norms_ = float_array_for<Exec>(*exec_, layers_.size());
+    try {
+      start_bucket(ids, grads, coll);
+      settle();
+    } catch (...) {
+      abandon_bucket();
+      throw;
     }
-    const bool observe = observing_any();
-    std::span<const float> flagged;
-    if (observe) flagged = agree_finite(ids, grads, coll);
-    if (measure_norms_)  // before the exchange replaces the gradients
-      for (std::size_t i = 0; i < ids.size(); ++i) mean_norm(*exec_, grads[i], 1.0, norms_.span().data() + ids[i]);
-    bucket_.clear();
-    in_bucket_.clear();
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      const std::uint32_t id = ids[i];
-      if (observe && flagged[i] != 0.0f) {
-        statuses_[id] = step_status::non_finite;
-        continue;
-      }
-      if (observe && observing(id)) {
-        if constexpr (ObservingDetector<D>)
-          detector_.observe_finite(id, grads[i]);  // agreed finite above: no second scan
-        else
-          (void)detector_.observe(id, grads[i]);
-      }
-      bucket_.push_back({telemetry_[id].level == regime::critical ? &critical_ : &normal_, &states_[id], grads[i]});
-      in_bucket_.push_back(id);
-    }
-    results_.resize(bucket_.size());
-    if constexpr (PhasedCompressor<C>) {
-      exchange_.run(std::span<const bucket_layer<C>>(bucket_), std::span<reduce_result>(results_), coll);
-    } else {  // a compressor without phases: its reduce per layer
-      for (std::size_t i = 0; i < bucket_.size(); ++i)
-        results_[i] = bucket_[i].compressor->reduce(*bucket_[i].state, bucket_[i].grad, coll);
-    }
-    for (std::size_t i = 0; i < in_bucket_.size(); ++i) {
-      statuses_[in_bucket_[i]] = results_[i].status;
-      telemetry_[in_bucket_[i]].sent += results_[i].sent;
-    }
-    bucket_statuses_.clear();
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      layer_telemetry& t = telemetry_[ids[i]];
-      t.last_status = statuses_[ids[i]];
-      ++(t.last_status == step_status::ok ? t.steps : t.skipped);
-      bucket_statuses_.push_back(t.last_status);
-      handed_over_[ids[i]] = observe && flagged[i] != 0.0f ? voted_out : handed;
-    }
-    handed_ += ids.size();
-    if (handed_ == layers_.size()) end_step();
-    return bucket_statuses_;
+    return settled_;
   }
 
   /// The byte budget of the synchronizer's own buckets (step): consecutive layers, grouped from
@@ -505,6 +470,99 @@ private:
     return false;
   }
 
+  /// A bucket's exchange up to its wait: refusals, the first step's layer check, the vote (in
+  /// observed epochs), the norms, the detector's observations, then the exchange started
+  /// (bucket_exchange::start). Its layers join the ones settle() concludes.
+  template <Collective Coll>
+  void start_bucket(std::span<const std::uint32_t> ids, std::span<const std::span<float>> grads, Coll& coll) {
+    check_bucket(ids, grads);
+    if (steps_ == 0 && handed_ == 0 && settling_.empty()) verify_layers(coll);
+    if (flags_.size() != layers_.size()) {  // the first step
+      flags_ = float_array_for<Exec>(*exec_, layers_.size());
+      norms_ = float_array_for<Exec>(*exec_, layers_.size());
+    }
+    const bool observe = observing_any();
+    std::span<const float> flagged;
+    if (observe) flagged = agree_finite(ids, grads, coll);
+    if (measure_norms_)  // before the exchange replaces the gradients
+      for (std::size_t i = 0; i < ids.size(); ++i) mean_norm(*exec_, grads[i], 1.0, norms_.span().data() + ids[i]);
+    const std::size_t first = bucket_.size();
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::uint32_t id = ids[i];
+      settling_.push_back(id);
+      if (observe && flagged[i] != 0.0f) {
+        statuses_[id] = step_status::non_finite;
+        handed_over_[id] = voted_out;
+        continue;
+      }
+      handed_over_[id] = handed;
+      if (observe && observing(id)) {
+        if constexpr (ObservingDetector<D>)
+          detector_.observe_finite(id, grads[i]);  // agreed finite above: no second scan
+        else
+          (void)detector_.observe(id, grads[i]);
+      }
+      bucket_.push_back({telemetry_[id].level == regime::critical ? &critical_ : &normal_, &states_[id], grads[i]});
+      in_bucket_.push_back(id);
+    }
+    results_.resize(bucket_.size());
+    const std::span<const bucket_layer<C>> bucket = std::span<const bucket_layer<C>>(bucket_).subspan(first);
+    const std::span<reduce_result> results = std::span<reduce_result>(results_).subspan(first);
+    if constexpr (PhasedCompressor<C>) {
+      if (exchange_.start(bucket, results, coll)) started_.push_back({first, bucket_.size()});
+    } else {  // a compressor without phases: its reduce per layer
+      for (std::size_t i = 0; i < bucket.size(); ++i)
+        results[i] = bucket[i].compressor->reduce(*bucket[i].state, bucket[i].grad, coll);
+    }
+  }
+
+  /// The buckets started since the last settle: one wait for the executor (when some bucket
+  /// needs it), every layer's conclude, the statuses and telemetry; ends the step once every
+  /// layer has been handed over.
+  void settle() {
+    if (!started_.empty()) {
+      exec_->synchronize();  // the one wait for all the buckets started
+      if constexpr (PhasedCompressor<C>)
+        for (const auto& [first, end] : started_)
+          exchange_.conclude(std::span<const bucket_layer<C>>(bucket_).subspan(first, end - first),
+                             std::span<reduce_result>(results_).subspan(first, end - first));
+    }
+    for (std::size_t i = 0; i < in_bucket_.size(); ++i) {
+      statuses_[in_bucket_[i]] = results_[i].status;
+      telemetry_[in_bucket_[i]].sent += results_[i].sent;
+    }
+    settled_.clear();
+    for (const std::uint32_t id : settling_) {
+      layer_telemetry& t = telemetry_[id];
+      t.last_status = statuses_[id];
+      ++(t.last_status == step_status::ok ? t.steps : t.skipped);
+      settled_.push_back(t.last_status);
+    }
+    handed_ += settling_.size();
+    clear_started();
+    if (handed_ == layers_.size()) end_step();
+  }
+
+  /// After a failure in step: no layer of it was concluded, so the step is undone as a whole
+  /// (the gradients of the buckets that ran hold their averages; no state changed).
+  void abandon_step() {
+    clear_started();
+    std::ranges::fill(handed_over_, 0);
+    handed_ = 0;
+  }
+  /// After a failure in step_bucket: its layers are not handed over; the buckets before stay.
+  void abandon_bucket() {
+    for (const std::uint32_t id : settling_) handed_over_[id] = 0;
+    clear_started();
+  }
+  void clear_started() {
+    bucket_.clear();
+    in_bucket_.clear();
+    results_.clear();
+    started_.clear();
+    settling_.clear();
+  }
+
   /// The finiteness vote of a bucket: per layer ids[i], the number of ranks whose gradient of
   /// it holds NaN or Inf, at i (host memory; on the device read back, a wait for the stream).
   template <Collective Coll>
@@ -622,10 +680,16 @@ private:
   std::size_t handed_ = 0;                 // layers handed over in the step in progress
   std::vector<std::uint32_t> bounds_;      // the own buckets (buckets())
   std::size_t bucket_bytes_ = std::size_t{25} << 20;
-  std::vector<bucket_layer<C>> bucket_;         // the bucket being exchanged
-  std::vector<std::uint32_t> in_bucket_;        // its layers' ids
-  std::vector<reduce_result> results_;          // and their results
-  std::vector<step_status> bucket_statuses_;    // what step_bucket returns
+  // The buckets started and not yet settled: their layers (bucket_, in_bucket_, results_), the
+  // spans of bucket_ that a wait and conclude settle (started_), and the ids handed over with
+  // them (settling_), whose statuses step_bucket returns (settled_).
+  std::vector<bucket_layer<C>> bucket_;
+  std::vector<std::uint32_t> in_bucket_;
+  std::vector<reduce_result> results_;
+  std::vector<std::pair<std::size_t, std::size_t>> started_;
+  std::vector<std::uint32_t> settling_;
+  std::vector<step_status> settled_;
+
   float_array_for<Exec> flags_, norms_;         // one per layer: the finiteness vote, the measured norms
   std::vector<float> flags_host_, norms_host_;  // their host copies (used on the device)
   static constexpr std::uint64_t offset_basis = 0xCBF29CE484222325ULL;  // FNV-1a's
