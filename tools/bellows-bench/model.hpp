@@ -86,17 +86,22 @@ private:
   }
 };
 
+/// The calls of one layer's reduce, added to `m`.
+inline void add_reduce(step_model& m, const exchange_rounds& layer, std::size_t ranks,
+                       const collectives::alpha_beta& link) {
+  for (const exchange_round& r : layer) {
+    if (r.op == collective_op::allreduce_sum)
+      m.allreduce(static_cast<double>(r.bytes), ranks, link);
+    else
+      m.allgather(static_cast<double>(r.bytes), ranks, link);
+  }
+}
+
 /// The step of layers whose rounds are `rounds`, each layer's reduce on its own.
 [[nodiscard]] inline step_model per_layer(std::span<const exchange_rounds> rounds, std::size_t ranks,
                                           const collectives::alpha_beta& link) {
   step_model m;
-  for (const exchange_rounds& layer : rounds)
-    for (const exchange_round& r : layer) {
-      if (r.op == collective_op::allreduce_sum)
-        m.allreduce(static_cast<double>(r.bytes), ranks, link);
-      else
-        m.allgather(static_cast<double>(r.bytes), ranks, link);
-    }
+  for (const exchange_rounds& layer : rounds) add_reduce(m, layer, ranks, link);
   return m;
 }
 
@@ -110,12 +115,7 @@ private:
   for (std::size_t b = 0; b + 1 < bounds.size(); ++b) {
     const std::span<const exchange_rounds> bucket = rounds.subspan(bounds[b], bounds[b + 1] - bounds[b]);
     if (bucket.size() == 1) {
-      const step_model one = per_layer(bucket, ranks, link);
-      m.calls += one.calls;
-      m.handed += one.handed;
-      m.got += one.got;
-      m.time.ring_s += one.time.ring_s;
-      m.time.cheapest_s += one.time.cheapest_s;
+      add_reduce(m, bucket[0], ranks, link);
       continue;
     }
     std::size_t summed[exchange_rounds::capacity] = {}, block[exchange_rounds::capacity] = {};
@@ -177,6 +177,12 @@ struct model_report {
   std::size_t workers = 1;
   step_model ddp;
   std::vector<method_rows> methods;
+
+  [[nodiscard]] std::size_t parameters() const {
+    std::size_t n = 0;
+    for (const layer_info& l : layers) n += l.size();
+    return n;
+  }
 };
 
 [[nodiscard]] inline nlohmann::ordered_json to_json(const step_model& m) {
@@ -188,11 +194,9 @@ struct model_report {
 }
 
 [[nodiscard]] inline nlohmann::ordered_json to_json(const model_report& r) {
-  std::size_t params = 0;
-  for (const layer_info& l : r.layers) params += l.size();
   nlohmann::ordered_json out = {{"model", r.model},
                                 {"tensors", r.layers.size()},
-                                {"parameters", params},
+                                {"parameters", r.parameters()},
                                 {"buckets", r.buckets},
                                 {"bucket_bytes", r.bucket_bytes},
                                 {"latency_s", r.link.latency_s},
@@ -209,11 +213,10 @@ struct model_report {
 }
 
 inline void print_table(std::ostream& os, const model_report& r) {
-  std::size_t params = 0;
-  for (const layer_info& l : r.layers) params += l.size();
   char line[160];
   std::snprintf(line, sizeof line, "model: %s, %zu tensors, %zu parameters; %zu buckets of at most %.4g MiB\n",
-                r.model.c_str(), r.layers.size(), params, r.buckets, static_cast<double>(r.bucket_bytes) / 1048576.0);
+                r.model.c_str(), r.layers.size(), r.parameters(), r.buckets,
+                static_cast<double>(r.bucket_bytes) / 1048576.0);
   os << line;
   std::snprintf(line, sizeof line, "link:  %.4g us, %.4g GB/s; %zu workers; per rank and step\n",
                 r.link.latency_s * 1e6, r.link.bandwidth_bytes_per_s / 1e9, r.workers);

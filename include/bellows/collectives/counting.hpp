@@ -9,7 +9,6 @@
 #include <initializer_list>
 #include <limits>
 #include <span>
-#include <utility>
 
 #include "bellows/concepts.hpp"
 #include "bellows/core/error.hpp"
@@ -38,12 +37,14 @@ struct call_time {
   double cheapest_s = 0.0;
 };
 
-/// floor(log2 w) for w >= 1, and whether w is a power of two.
-constexpr std::pair<double, bool> log2_floor(std::size_t w) {
-  double steps = 0;
-  for (std::size_t v = w; v > 1; v >>= 1) ++steps;
-  return {steps, (w & (w - 1)) == 0};
-}
+/// floor(log2 w) and ceil(log2 w) for w >= 1: the steps of the logarithmic algorithms.
+struct log2_steps {
+  double floor = 0, ceil = 0;
+  explicit constexpr log2_steps(std::size_t w) {
+    for (std::size_t v = w; v > 1; v >>= 1) ++floor;
+    ceil = floor + ((w & (w - 1)) == 0 ? 0 : 1);
+  }
+};
 
 /// An allreduce of `bytes` on w ranks. Ring: 2 (w - 1) alpha + 2 (w - 1) / w B / beta.
 /// Rabenseifner's (recursive halving, then doubling): 2 log2(w) alpha + 2 (w - 1) / w B / beta.
@@ -53,10 +54,10 @@ constexpr std::pair<double, bool> log2_floor(std::size_t w) {
 [[nodiscard]] inline call_time model_allreduce(double bytes, std::size_t w, alpha_beta link) {
   if (w <= 1) return {};
   const double a = link.latency_s, t = bytes / link.bandwidth_bytes_per_s, n = static_cast<double>(w);
-  const auto [steps, power] = log2_floor(w);
-  const double fold = power ? 0.0 : 2 * (a + t);
+  const log2_steps steps(w);
+  const double fold = steps.floor == steps.ceil ? 0.0 : 2 * (a + t);
   const double ring = 2 * (n - 1) * a + 2 * (n - 1) / n * t;
-  const double halving = 2 * steps * a + 2 * (n - 1) / n * t + fold, doubling = steps * (a + t) + fold;
+  const double halving = 2 * steps.floor * a + 2 * (n - 1) / n * t + fold, doubling = steps.floor * (a + t) + fold;
   return {ring, std::min({ring, halving, doubling})};
 }
 
@@ -64,20 +65,18 @@ constexpr std::pair<double, bool> log2_floor(std::size_t w) {
 /// others / beta; Bruck's: ceil(log2 w) alpha + others / beta.
 [[nodiscard]] inline call_time model_allgather(double others, std::size_t w, alpha_beta link) {
   if (w <= 1) return {};
-  const auto [steps, power] = log2_floor(w);
   const double t = others / link.bandwidth_bytes_per_s;
   const double ring = static_cast<double>(w - 1) * link.latency_s + t;
-  return {ring, std::min(ring, (steps + (power ? 0 : 1)) * link.latency_s + t)};
+  return {ring, std::min(ring, log2_steps(w).ceil * link.latency_s + t)};
 }
 
 /// A broadcast of `bytes`. Pipelined chain: (w - 1) alpha + B / beta; binomial tree:
 /// ceil(log2 w) (alpha + B / beta).
 [[nodiscard]] inline call_time model_broadcast(double bytes, std::size_t w, alpha_beta link) {
   if (w <= 1) return {};
-  const auto [steps, power] = log2_floor(w);
   const double a = link.latency_s, t = bytes / link.bandwidth_bytes_per_s;
   const double chain = static_cast<double>(w - 1) * a + t;
-  return {chain, std::min(chain, (steps + (power ? 0 : 1)) * (a + t))};
+  return {chain, std::min(chain, log2_steps(w).ceil * (a + t))};
 }
 
 /// Wraps a Collective, forwards every call, and records per operation kind the calls, bytes and
