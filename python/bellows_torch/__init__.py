@@ -13,8 +13,10 @@ parameter's error memory and query follow it into whatever bucket DDP puts it in
 overlap=True (the default) the hook hands the bucket to the State's worker thread and returns
 a future that thread completes: DDP goes on with the backward pass while the bucket is
 compressed and exchanged. CPU tensors (gloo); float32, bfloat16 and float16 buckets (the
-compressors work in float32, the error memory stays float32).
+compressors work in float32, the error memory stays float32). At interpreter exit, every
+State's worker first finishes the buckets handed to it (see _close_workers).
 """
+import atexit
 import queue
 import threading
 
@@ -28,6 +30,20 @@ __all__ = ["State", "hook", "config", "reference", "FAMILIES", "default_level"]
 
 # The compressors of bellows/compressors/list.hpp, by name.
 FAMILIES = tuple(_C.families())
+
+
+# States whose worker thread runs. The worker is a daemon thread, and Python stops a daemon thread
+# that takes the GIL once the interpreter is finalizing: inside a C++ frame (the extension's, or
+# torch's Future.set_result, which releases the GIL around its callbacks) that aborts the process
+# ("terminate called without an active exception"). So the workers are closed at exit, before
+# finalization, as a trainer that returns right after its last future would otherwise race.
+_with_worker = set()
+
+
+@atexit.register
+def _close_workers():
+    for state in list(_with_worker):
+        state.close()
 
 
 def default_level(compressor):
@@ -178,6 +194,7 @@ class State:
         if self._worker is None:
             self._worker = threading.Thread(target=self._work, name="bellows_torch", daemon=True)
             self._worker.start()
+            _with_worker.add(self)
         self._queue.put(job)
         return fut
 
@@ -191,6 +208,7 @@ class State:
             self._queue.put(None)
             self._worker.join()
             self._worker = None
+            _with_worker.discard(self)
 
     def end_epoch(self, lr):
         """Ends the epoch on every parameter (call it on every rank): `lr` is the learning rate of

@@ -4,6 +4,11 @@ backward pass) on 2 gloo processes: DDP with several buckets, momentum SGD, an A
 between steps. The hook returns futures that are not complete yet, and the run ends with the
 weights, bit for bit, of the same run with overlap=False (the hook averaging before it returns),
 which test_hook_vs_direct compares with bellows called directly."""
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
 import unittest
 
 import torch
@@ -57,6 +62,31 @@ class Overlap(unittest.TestCase):
             self.assertEqual(b["pending"], 0)
             for wa, wb in zip(a["weights"], b["weights"]):
                 self.assertTrue(torch.equal(wa, wb), "overlap changed the result")
+
+    def test_exit_right_after_the_hook(self):
+        """A script that returns right after handing a bucket to the worker still gets it averaged
+        (the worker is closed at exit, before the interpreter finalizes) and exits cleanly."""
+        script = textwrap.dedent("""
+            import sys, torch, torch.distributed as dist, bellows_torch
+            store, done = sys.argv[1], sys.argv[2]
+            dist.init_process_group("gloo", init_method="file://" + store, rank=0, world_size=1)
+
+            class Bucket:
+                def __init__(self, buf): self.buf = buf
+                def buffer(self): return self.buf
+                def index(self): return 0
+                def gradients(self): return [self.buf[:600].view(20, 30), self.buf[600:]]
+
+            state = bellows_torch.State("powersgd", low=2)
+            fut = bellows_torch.hook(state, Bucket(torch.randn(640)))
+            fut.then(lambda f: open(done, "w").write("averaged"))
+            """)
+        with tempfile.TemporaryDirectory() as tmp:
+            done = os.path.join(tmp, "done")
+            run = subprocess.run([sys.executable, "-c", script, os.path.join(tmp, "store"), done],
+                                 capture_output=True, text=True, timeout=120)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertTrue(os.path.exists(done), "the bucket handed over before exit was not averaged")
 
 
 if __name__ == "__main__":
