@@ -39,7 +39,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import bellows_torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train import load, torch_powersgd_waiting  # noqa: E402  (the MLP comparison's data and hook)
+from train import load, spawned, torch_powersgd_waiting  # noqa: E402  (the MLP comparison's data, hook, entry)
 import accordion_cnn_report  # noqa: E402
 
 RUNS = accordion_cnn_report.RUNS
@@ -270,7 +270,7 @@ def main():
     if not args.report_only and todo:
         print(f"accordion_cnn: {len(todo)} runs to train ({done} found in {args.out}/runs)", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
-            mp.spawn(worker, args=(args.workers, "file://" + os.path.join(tmp, "store"), args, todo),
+            mp.spawn(spawned, args=(worker, args.workers, "file://" + os.path.join(tmp, "store"), args, todo),
                      nprocs=args.workers)
     accordion_cnn_report.write(args.out, mine, [(n, list(w.shape)) for n, w in resnet8(args.width).named_parameters()],
                                {k: describe(k, args)[0] for k in RUNS})

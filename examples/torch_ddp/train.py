@@ -23,6 +23,7 @@ import argparse
 import gzip
 import json
 import os
+import sys
 import tempfile
 import time
 
@@ -75,6 +76,17 @@ def torch_powersgd_waiting(state, bucket):
     fut = torch_psgd.powerSGD_hook(state, bucket)
     fut.wait()
     return fut
+
+
+def spawned(rank, work, *args):
+    """mp.spawn's entry: work(rank, *args), then leave without Python's finalization. A gloo thread
+    may still drop the last callback of a torch future (powerSGD_hook chains them), which takes the
+    GIL in a C++ destructor; once the interpreter finalizes, that stops the thread inside a noexcept
+    frame and aborts the process, though every result is written. A failed run raises as before."""
+    work(rank, *args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def runs(args):
@@ -284,7 +296,7 @@ def main():
             if args.rank != 0:
                 return
         else:
-            mp.spawn(worker, args=(args.workers, "file://" + os.path.join(tmp, "store"), out, args),
+            mp.spawn(spawned, args=(worker, args.workers, "file://" + os.path.join(tmp, "store"), out, args),
                      nprocs=args.workers)
         with open(out) as f:
             results = json.load(f)
