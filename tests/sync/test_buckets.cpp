@@ -5,7 +5,8 @@
 // order; buckets of one, two and five layers and one larger than the budget; layers of both
 // levels in one bucket; non-finite gradients in a bucket and alone, skipped by the compressors'
 // own flags or by the synchronizer's vote. A step makes one call per bucket, round and operation.
-// Bad buckets are refused before anything changes, and checkpoints record the buckets.
+// Bad buckets are refused before anything changes, and checkpoints record the buckets. A layer
+// with a stream key of its own draws as it would alone.
 #include <bellows/collectives/counting.hpp>
 #include <bellows/collectives/local.hpp>
 #include <bellows/compressors/identity.hpp>
@@ -229,7 +230,86 @@ void check_buckets(const C& critical, const C& normal) {
     }
 }
 
+/// Layers registered with stream keys of their own, handed over in caller buckets, give what
+/// one-layer synchronizers give whose compressors are seeded seed + key (the layer then id 0), bit
+/// for bit; without the keys they give other numbers (where the draw shows in the output:
+/// `draws_show`). `make(seed)` is the compressor.
+template <class Make>
+void check_keyed(Make make, bool draws_show = true) {
+  constexpr std::uint64_t seed = 17;
+  auto key = [](std::size_t id) { return 0x9E3779B97F4A7C15ULL * (1000 + 37 * id); };
+  constexpr std::size_t ranks = 3;
+  std::vector<std::vector<std::vector<float>>> keyed(ranks), alone(ranks), unkeyed(ranks);
+  local_group group(ranks);
+  group.run([&](local& comm) {
+    const std::size_t rank = comm.rank();
+    auto policy = [] { return bellows::static_policy(regime::critical); };
+    bellows::synchronizer with_keys(make(seed), make(seed), policy());
+    bellows::synchronizer without(make(seed), make(seed), policy());
+    std::vector<bellows::synchronizer<decltype(make(seed)), bellows::static_policy>> one;
+    one.reserve(layer_count);
+    for (std::size_t id = 0; id < layer_count; ++id) {
+      const std::string name = "layer" + std::to_string(id);
+      with_keys.add_layer(name, shapes[id], key(id));
+      without.add_layer(name, shapes[id]);
+      one.emplace_back(make(seed + key(id)), make(seed + key(id)), policy());
+      one.back().add_layer(name, shapes[id]);
+    }
+    for (std::size_t step = 0; step < steps; ++step) {
+      std::vector<std::vector<float>> a, b, c;
+      for (std::size_t id = 0; id < layer_count; ++id) {
+        a.push_back(gradient(id, rank, 1, step));  // finite on every rank
+        b.push_back(a.back());
+        c.push_back(a.back());
+      }
+      for (const auto& ids : caller_buckets(step)) {
+        std::vector<std::span<float>> ga, gb;
+        for (const std::uint32_t id : ids) {
+          ga.emplace_back(a[id]);
+          gb.emplace_back(b[id]);
+        }
+        (void)with_keys.step_bucket(ids, ga, comm);
+        (void)without.step_bucket(ids, gb, comm);
+      }
+      for (std::size_t id = 0; id < layer_count; ++id) {
+        const std::span<float> g(c[id]);
+        (void)one[id].step(std::span<const std::span<float>>(&g, 1), comm);
+      }
+      for (std::size_t id = 0; id < layer_count; ++id) {
+        keyed[rank].push_back(std::move(a[id]));
+        unkeyed[rank].push_back(std::move(b[id]));
+        alone[rank].push_back(std::move(c[id]));
+      }
+    }
+  });
+  for (std::size_t rank = 0; rank < ranks; ++rank) {
+    CAPTURE(rank);
+    bool all_same = true, any_differs = false;
+    for (std::size_t i = 0; i < keyed[rank].size(); ++i) {
+      all_same = all_same && same_bits(keyed[rank][i], alone[rank][i]);
+      any_differs = any_differs || !same_bits(keyed[rank][i], unkeyed[rank][i]);
+    }
+    CHECK(all_same);
+    CHECK(any_differs == draws_show);
+  }
+}
+
 }  // namespace
+
+TEST_CASE("buckets: a layer's own stream key draws as a one-layer synchronizer seeded seed + key") {
+  check_keyed([](std::uint64_t seed) { return bellows::powersgd<>({.rank = 2, .seed = seed}); });
+  check_keyed([](std::uint64_t seed) { return bellows::qsgd<>({.bits = 4, .bucket = 64, .seed = seed}); });
+  check_keyed([](std::uint64_t seed) {
+    return bellows::randk<>({.ratio = 0.3, .mode = bellows::randk_mode::per_rank, .seed = seed});
+  });
+  check_keyed(
+      [](std::uint64_t seed) {
+        // the layers here are small enough for the threshold's sample to be all of the layer: the key
+        // keys no draw that shows
+        return bellows::topk<>({.ratio = 0.2, .mode = bellows::topk_mode::approximate, .seed = seed});
+      },
+      false);
+}
 
 TEST_CASE("buckets: identity, by the synchronizer's own buckets or a caller's, equals each layer's reduce") {
   check_buckets(bellows::identity<>(), bellows::identity<>());

@@ -44,7 +44,7 @@ public:
 private:
   [[nodiscard]] static std::size_t workspace_floats(const code_layout& /*layout*/) noexcept { return 0; }
 
-  /// Quantizes `in` with the noise of {seed, state.step, layer id, rank}.
+  /// Quantizes `in` with the noise of the layer's stream at state.step for `rank`.
   void encode_arrays(const typename base::state& st, std::span<const float> in, const code_layout& layout,
                      std::span<float> scales, std::span<std::uint8_t> codes, std::span<float> /*workspace*/,
                      unsigned* non_finite, std::size_t rank) const {

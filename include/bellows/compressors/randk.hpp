@@ -2,8 +2,8 @@
 // Rand-k sparsification (docs/spec.md#rand-k): each rank keeps k entries of its compensated gradient
 // m = g + e at k distinct indices drawn uniformly without replacement, in ascending order.
 //
-// The indices come from the Philox stream {seed, step, layer id, rank}, where rank is
-// philox::stream::shared in shared mode, by the draw that cpu/sample.hpp documents: proposals of
+// The indices come from the layer's Philox stream (layer_info::stream: {seed, step, layer id,
+// rank} unless the layer has a key of its own), where rank is philox::stream::shared in shared mode, by the draw that cpu/sample.hpp documents: proposals of
 // 32-bit (or, for n >= 2^32, 64-bit) words mapped to [0, n) by multiplication with exact
 // rejection, deduplicated in a bitmap, the surplus dropped by Floyd's algorithm over ranks. Every
 // step but the short last one runs in parallel, so a GPU backend can draw the same indices.
@@ -137,9 +137,9 @@ private:
   /// v = g (+ e), scaled by n / k when unbiased, into `body`, the next memory into `staged`.
   auto select(state& st, std::span<const float> g, std::span<const float> e, std::span<float> staged,
               std::span<std::byte> body, std::size_t rank) const {
-    const philox::stream draw{params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id,
-                              params_.mode == randk_mode::shared ? philox::stream::shared
-                                                                 : static_cast<std::uint32_t>(rank)};
+    const philox::stream draw =
+        st.layer.stream(params_.seed, st.step,
+                        params_.mode == randk_mode::shared ? philox::stream::shared : static_cast<std::uint32_t>(rank));
     const float scale = params_.unbiased
                             ? static_cast<float>(static_cast<double>(st.layer.size()) / static_cast<double>(st.plan_.k))
                             : 1.0f;

@@ -136,7 +136,7 @@ private:
 
   /// The key of the sample that sets the selection threshold in approximate mode.
   [[nodiscard]] philox::stream sample_key(const state& st, std::size_t rank) const noexcept {
-    return {params_.seed, static_cast<std::uint32_t>(st.step), st.layer.id, static_cast<std::uint32_t>(rank)};
+    return st.layer.stream(params_.seed, st.step, static_cast<std::uint32_t>(rank));
   }
 
   auto select(state& st, std::span<const float> g, std::span<const float> e, std::span<float> staged,

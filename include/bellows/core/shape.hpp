@@ -11,6 +11,7 @@
 
 #include "bellows/core/checked.hpp"
 #include "bellows/core/error.hpp"
+#include "bellows/core/philox.hpp"
 
 namespace bellows {
 
@@ -75,14 +76,25 @@ private:
 };
 
 /// What a compressor, memory or detector knows of a layer: its id (its index among the
-/// registered layers, the same on every rank and used to key random streams), its name (for
-/// messages) and its shape.
+/// registered layers, the same on every rank), its name (for messages), its shape, and what keys
+/// its random streams.
 struct layer_info {
   std::uint32_t id = 0;
   std::string name;
   bellows::shape shape;
+  /// A layer registered with a key of its own (keyed) draws from {seed + key, step, 0, rank},
+  /// whatever its id; others from {seed, step, id, rank}. bellows_torch keys a parameter by its
+  /// name, so that it draws the same numbers in a model of any parameter order, or alone.
+  bool keyed = false;
+  std::uint64_t key = 0;
 
   [[nodiscard]] std::size_t size() const noexcept { return shape.size(); }
+
+  /// The Philox stream of this layer for a compressor seeded `seed`, at `step`, for `rank`
+  /// (philox::stream::shared for numbers every rank draws alike).
+  [[nodiscard]] philox::stream stream(std::uint64_t seed, std::uint64_t step, std::uint32_t rank) const noexcept {
+    return {keyed ? seed + key : seed, static_cast<std::uint32_t>(step), keyed ? 0u : id, rank};
+  }
 };
 
 }  // namespace bellows

@@ -108,25 +108,15 @@ public:
   /// Registers the next layer and returns its id (0, 1, 2, ... in call order). Every rank
   /// registers the same layers in the same order; the first step checks that and raises if not.
   std::uint32_t add_layer(std::string name, bellows::shape shp) {
-    BELLOWS_EXPECTS(steps_ == 0 && epoch_ == 0, "synchronizer: layer '", name,
-                    "' registered after training started; register every layer first");
-    const auto id = static_cast<std::uint32_t>(layers_.size());
-    const layer_info info{id, std::move(name), shp};
-    state_type st = critical_.make_state(info);
-    (void)normal_.make_state(info);  // validates the normal level's configuration for this layer
-    bool participates = true;
-    if constexpr (SelectiveCompressor<C>) participates = critical_.compresses(st);
-    detector_.add_layer(info, participates ? participation::included : participation::excluded);
-    layer_telemetry t{info.name, shp, participates, regime::critical, step_status::ok, 0, 0, {}, {}};
-    t.level = detector_.regimes()[id];
-    telemetry_.push_back(std::move(t));
-    states_.push_back(std::move(st));
-    layers_.push_back(info);
-    ids_.push_back(id);
-    handed_over_.push_back(0);
-    statuses_.push_back(step_status::ok);
-    hash_ = mix(hash_, info);
-    return id;
+    return register_layer(std::move(name), shp, false, 0);
+  }
+
+  /// add_layer for a layer with a random-stream key of its own: it draws the numbers of
+  /// layer_info::stream with `key`, whatever its id (every rank registers the same key; the
+  /// first step checks that, and a checkpoint, which records names and shapes, restores only
+  /// into layers registered with the keys it was taken with).
+  std::uint32_t add_layer(std::string name, bellows::shape shp, std::uint64_t key) {
+    return register_layer(std::move(name), shp, true, key);
   }
 
   /// One training step: `grads[id]` is layer id's local gradient, replaced by the average over
@@ -458,6 +448,28 @@ private:
                      " are registered here; the first not in the file is ", describe(layers_[count]));
   }
 
+  std::uint32_t register_layer(std::string name, bellows::shape shp, bool keyed, std::uint64_t key) {
+    BELLOWS_EXPECTS(steps_ == 0 && epoch_ == 0, "synchronizer: layer '", name,
+                    "' registered after training started; register every layer first");
+    const auto id = static_cast<std::uint32_t>(layers_.size());
+    const layer_info info{id, std::move(name), shp, keyed, key};
+    state_type st = critical_.make_state(info);
+    (void)normal_.make_state(info);  // validates the normal level's configuration for this layer
+    bool participates = true;
+    if constexpr (SelectiveCompressor<C>) participates = critical_.compresses(st);
+    detector_.add_layer(info, participates ? participation::included : participation::excluded);
+    layer_telemetry t{info.name, shp, participates, regime::critical, step_status::ok, 0, 0, {}, {}};
+    t.level = detector_.regimes()[id];
+    telemetry_.push_back(std::move(t));
+    states_.push_back(std::move(st));
+    layers_.push_back(info);
+    ids_.push_back(id);
+    handed_over_.push_back(0);
+    statuses_.push_back(step_status::ok);
+    hash_ = mix(hash_, info);
+    return id;
+  }
+
   [[nodiscard]] bool observing(std::size_t id) const {
     if constexpr (ObservingDetector<D>)
       return detector_.observing(id);
@@ -653,7 +665,7 @@ private:
     return true;
   }
 
-  /// FNV-1a over a layer's name and dimensions, chained.
+  /// FNV-1a over a layer's name, dimensions and stream key (if it has one), chained.
   static std::uint64_t mix(std::uint64_t h, const layer_info& info) {
     auto add = [&h](std::uint64_t v) {
       for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xFF)) * 0x100000001B3ULL;
@@ -661,6 +673,7 @@ private:
     for (char ch : info.name) add(static_cast<unsigned char>(ch));
     add(info.shape.rank());
     for (std::size_t d = 0; d < info.shape.rank(); ++d) add(info.shape[d]);
+    if (info.keyed) add(info.key);
     return h;
   }
 

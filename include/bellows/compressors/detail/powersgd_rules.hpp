@@ -187,7 +187,7 @@ protected:
 
   /// The stream of the query drawn at `step`: element i of column j is its normal number j m + i.
   [[nodiscard]] philox::stream query_stream(const powersgd_layer& st, std::uint64_t step) const noexcept {
-    return {params_.seed, static_cast<std::uint32_t>(step), st.layer.id, philox::stream::shared};
+    return st.layer.stream(params_.seed, step, philox::stream::shared);
   }
 
   powersgd_params params_;

@@ -47,9 +47,9 @@ public:
                              static_cast<unsigned>(n * l.bits % 8));
   }
 
-  /// The noise of one step: Philox stream {seed, step, layer id, rank}.
+  /// The noise of one step: the layer's Philox stream for this rank (layer_info::stream).
   [[nodiscard]] philox::stream stream(std::uint64_t step, const layer_info& layer, std::size_t rank) const noexcept {
-    return {params_.seed, static_cast<std::uint32_t>(step), layer.id, static_cast<std::uint32_t>(rank)};
+    return layer.stream(params_.seed, step, static_cast<std::uint32_t>(rank));
   }
 
   /// What one rank sends for a layer of n elements.
