@@ -8,8 +8,9 @@
     state.end_epoch(lr)          # once per epoch, with the next epoch's learning rate
     torch.save(state.state_dict(), path)           # and state.load_state_dict(torch.load(path))
 
-The state keeps one bellows synchronizer per parameter, keyed by the parameter's name, so that a
-parameter's error memory and query follow it into whatever bucket DDP puts it in. With
+The state keeps one bellows synchronizer for the model's parameters, each keyed by its name, so
+that a parameter's error memory, query and random numbers follow it into whatever bucket DDP
+puts it in; each DDP bucket is exchanged in one process-group call per round and operation. With
 overlap=True (the default) the hook hands the bucket to the State's worker thread and returns
 a future that thread completes: DDP goes on with the backward pass while the bucket is
 compressed and exchanged. CPU tensors (gloo); float32, bfloat16 and float16 buckets (the
@@ -55,7 +56,8 @@ CONFIG_FIELDS = ("family", "low", "high", "accordion", "eta", "interval", "feedb
                  "min_compression_rate", "warm_start", "level_change")
 # Fields added after the first format, with the value a dict that lacks them was saved with.
 FIELD_DEFAULTS = {"level_change": repr("keep")}
-FORMAT = "bellows_torch.State/2"  # 2: the rank, here and in each parameter's bytes
+FORMAT = "bellows_torch.State/3"  # 3: one synchronizer for the model; 2: one per parameter, with the rank
+EARLIER_FORMATS = ("bellows_torch.State/1", "bellows_torch.State/2")
 
 
 def config(compressor="powersgd", low=4, high=None, accordion=False, eta=0.5, interval=10,
@@ -99,7 +101,8 @@ def _shown(value):
 
 
 class State:
-    """What the hook keeps between steps: one bellows synchronizer per parameter.
+    """What the hook keeps between steps: one bellows synchronizer of the model's parameters (or,
+    without a model, one per DDP bucket).
 
     compressor: one of FAMILIES ("identity", "topk", "randk", "powersgd", "qsgd", ...).
     low: the level in critical regimes (the less compressed one): the option the compressor's
@@ -148,7 +151,7 @@ class State:
                 if p.requires_grad:
                     self._names[p.data_ptr()] = name
                     self._shapes[name] = list(p.shape)
-                    self._state.add(name, list(p.shape))
+            self._state.prepare("", list(self._shapes), list(self._shapes.values()))
         self._queue = queue.Queue()
         self._worker = None
         self._error = None
@@ -163,9 +166,13 @@ class State:
             raise ValueError("bellows_torch: the bucket holds a parameter that is not one of the State's "
                              "model's (was State(model=...) given the module DDP wraps?)") from None
 
-    def _average(self, names, bucket_buffer, grads, fut):
+    def group(self, bucket):
+        """The synchronizer a bucket goes to: the model's (""), or without a model the bucket's own."""
+        return "" if self._names is not None else f"bucket{bucket.index()}"
+
+    def _average(self, group, names, bucket_buffer, grads, fut):
         try:
-            if any(self._state.run(names, grads)):
+            if any(self._state.run(group, names, grads)):
                 # Every rank found a non-finite gradient in the same parameter and left it as it
                 # was; the trainer should skip this step (as a mixed-precision scaler would).
                 self.non_finite_steps += 1
@@ -187,7 +194,7 @@ class State:
     def submit(self, bucket):
         """Averages a bucket (in the worker with overlap, else now); returns its future."""
         fut = torch.futures.Future()
-        job = (self.names(bucket), bucket.buffer(), bucket.gradients(), fut)
+        job = (self.group(bucket), self.names(bucket), bucket.buffer(), bucket.gradients(), fut)
         if not self.overlap:
             self._average(*job)
             return fut
@@ -228,10 +235,10 @@ class State:
         return sum(layer["floats"] for layer in self.telemetry().values())
 
     def prepare(self, bucket):
-        """Makes the synchronizers of a bucket's parameters as the hook would, without a step (so
-        that query() shows the initial query)."""
-        for name, g in zip(self.names(bucket), bucket.gradients()):
-            self._state.add(name, list(g.shape))
+        """Makes the synchronizer of a bucket as the hook would, without a step (so that query()
+        shows the initial query); with a model it was made with the State."""
+        if self._names is None:
+            self._state.prepare(self.group(bucket), self.names(bucket), [list(g.shape) for g in bucket.gradients()])
 
     def query(self, name):
         """PowerSGD's query of one parameter, as a (rank, m) tensor (row j: column j of Q)."""
@@ -239,34 +246,46 @@ class State:
         return self._state.query(name)
 
     def rebuilds(self):
-        """How often a key was seen with another shape than before (only bucket-position keys,
-        without a model, can be): each time that key's state started over."""
+        """Without a model: how often a DDP bucket came with other gradients (names or shapes) than
+        before, as after DDP's bucket rebuild; each time that bucket's state started over. With a
+        model: 0 (the state is per parameter name, whatever the buckets)."""
         return self._state.rebuilds()
+
+    def collective_calls(self):
+        """Process-group calls this State has made so far (an allreduce counts one, an allgather
+        two: the payload sizes, then the payloads), over all buckets, steps and epoch ends."""
+        self.wait()
+        return self._state.calls()
 
     def state_dict(self):
         """Everything the hook carries from step to step, for torch.save: the configuration, the
-        rank and world size, the non-finite step count, and per parameter name its shape and one
-        uint8 tensor (its synchronizer's checkpoint: compressor state, detector, counters, and the
-        rank again). Each rank saves its own: an error memory belongs to one rank. Plain values
-        and tensors only, so torch.load(..., weights_only=True) reads it."""
+        rank and world size, the non-finite step count, the shape of every parameter by name (in
+        the model's order), and one uint8 tensor, the synchronizer's checkpoint (compressor states,
+        detector, counters, and the rank and parameters again). Each rank saves its own: an error
+        memory belongs to one rank. Plain values and tensors only, so torch.load(...,
+        weights_only=True) reads it."""
         if self._names is None:
             raise ValueError("bellows_torch: state_dict() needs State(..., model=module), to key the "
                              "state by parameter name")
         self.wait()
-        shapes, layers = {}, {}
-        for name, (shape, data) in self._state.state().items():
-            shapes[name], layers[name] = list(shape), data
+        names, shapes, data = self._state.state()
         return dict(format=FORMAT, config=_config_values(self.config), rank=self.rank, world_size=self.world_size,
-                    non_finite_steps=self.non_finite_steps, shapes=shapes, layers=layers)
+                    non_finite_steps=self.non_finite_steps,
+                    shapes={name: list(shape) for name, shape in zip(names, shapes)}, synchronizer=data)
 
     def load_state_dict(self, d):
         """Restores state_dict() output into this State (on every rank, its own rank's dict),
         before training resumes. Refuses (ValueError or RuntimeError, nothing changed) a dict of
-        another compressor or levels, another rank or world size, or other parameters. A dict of
-        format 1 records no rank: it loads with only its world size checked."""
+        another compressor or levels, another rank or world size, or other parameters, and one of
+        the formats before 3 (one synchronizer per parameter), which this version cannot read."""
         if self._names is None:
             raise ValueError("bellows_torch: load_state_dict() needs State(..., model=module)")
-        if not isinstance(d, dict) or d.get("format") not in (FORMAT, "bellows_torch.State/1"):
+        if isinstance(d, dict) and d.get("format") in EARLIER_FORMATS:
+            raise ValueError(f"bellows_torch: the saved state is of format {d['format']} (one synchronizer per "
+                             f"parameter), which this version does not read: it keeps one synchronizer for the "
+                             f"model (format {FORMAT}). Resume from the model and optimizer with a fresh State "
+                             "(docs/pytorch.md#saving-and-resuming)")
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ValueError(f"bellows_torch: not a State.state_dict() of this version (format {FORMAT})")
         mine = _config_values(self.config)
         saved_config = {k: d["config"].get(k, FIELD_DEFAULTS.get(k)) for k in mine}
@@ -274,11 +293,11 @@ class State:
                   if saved_config[k] != v]
         if differ:
             raise ValueError("bellows_torch: the saved state is of another configuration (" + "; ".join(differ) + ")")
-        if d["world_size"] != self.world_size or d.get("rank", self.rank) != self.rank:
+        if d["world_size"] != self.world_size or d["rank"] != self.rank:
             raise ValueError(f"bellows_torch: the saved state is rank {d['rank']}'s of {d['world_size']} ranks, "
                              f"this process is rank {self.rank} of {self.world_size} (each rank loads its own)")
         expected = set(self._shapes)
-        saved = set(d["layers"])
+        saved = set(d["shapes"])
         if saved != expected:
             raise ValueError("bellows_torch: the saved state is of other parameters (missing: "
                              f"{sorted(expected - saved)}, unknown: {sorted(saved - expected)})")
@@ -288,7 +307,7 @@ class State:
             raise ValueError("bellows_torch: the saved state is of parameters of other shapes (" +
                              "; ".join(reshaped) + ")")
         self.wait()
-        self._state.load({name: (d["shapes"][name], d["layers"][name]) for name in saved})
+        self._state.load(d["synchronizer"])
         self.non_finite_steps = int(d["non_finite_steps"])
 
 

@@ -3,7 +3,7 @@
 DDP rebuilds after the first iteration, SGD steps between) gives, parameter by parameter and step by
 step, the same averaged gradients as bellows called directly (one synchronizer per parameter on its
 own threads collective, no buckets) on the inputs the hook received: each parameter's state
-follows it across the rebuild.
+follows it across the rebuild. The hook exchanges each DDP bucket in a few process-group calls.
 Both sides run the same float arithmetic on the same inputs and gloo sums two ranks as a + b, as
 bellows' local collective does, so the comparison is exact."""
 import unittest
@@ -58,12 +58,15 @@ def train(rank, name):
     net.register_comm_hook(state, recorder)
     opt = torch.optim.SGD(net.parameters(), lr=LRS[0])
     gen = torch.Generator().manual_seed(100 + rank)
+    calls = []  # process-group calls per step (the epoch ends' not counted)
     for step in range(STEPS):
         recorder.step = step
         x = torch.randn(16, 1, 8, 8, generator=gen)
         y = torch.randint(0, 10, (16,), generator=gen)
         opt.zero_grad()
+        before = state.collective_calls()
         nn.functional.cross_entropy(net(x), y).backward()
+        calls.append(state.collective_calls() - before)
         opt.step()
         if (step + 1) % EPOCH_STEPS == 0:
             lr = LRS[min((step + 1) // EPOCH_STEPS, len(LRS) - 1)]
@@ -72,7 +75,7 @@ def train(rank, name):
             for g in opt.param_groups:
                 g["lr"] = lr
     shapes = {n: list(p.shape) for n, p in net.module.named_parameters()}
-    return dist_util.gather(dict(events=recorder.events, shapes=shapes))
+    return dist_util.gather(dict(events=recorder.events, shapes=shapes, calls=calls))
 
 
 class HookMatchesDirect(unittest.TestCase):
@@ -98,6 +101,17 @@ class HookMatchesDirect(unittest.TestCase):
                 want = expected[r][step]
                 self.assertTrue(torch.equal(got, want), f"{name}: rank {r} step {step}: max difference "
                                 f"{(got - want).abs().max().item()}")
+        # One exchange per DDP bucket: per bucket and step at most 3 process-group calls (top-k's
+        # dense switch beside an allgather of sizes and payloads), one more for the finiteness
+        # vote in the epochs Accordion observes, and 2 more in the first step (the layer check).
+        # One synchronizer per parameter made 2 or 3 calls per parameter.
+        vote = 1 if CONFIGS[name].get("accordion") else 0
+        for step in range(STEPS):
+            calls = per_rank[0]["calls"][step]
+            most = (3 + vote) * len(buckets[step]) + (2 if step == 0 else 0)
+            self.assertLessEqual(calls, most, f"{name}: step {step}: {calls} process-group calls for "
+                                 f"{len(buckets[step])} buckets")
+            self.assertEqual(calls, per_rank[1]["calls"][step])
         mean = (inputs[0][-1] + inputs[1][-1]) / 2
         if name == "identity":  # the reference itself: the plain mean over ranks
             self.assertTrue(torch.equal(expected[0][-1], mean))

@@ -3,8 +3,9 @@
 (and an Accordion epoch end), written with torch.save and read back with weights_only=True into
 a fresh State that sees the parameters in other buckets, in another order, continues exactly as
 the State that was never saved. A State that starts from nothing does not (so the state carried
-something). A dict of another compressor, other levels, another world size, other parameters or
-with damaged bytes is refused and the State keeps what it had. A dict saved before the
+something). A dict of another compressor, other levels, another world size, other parameters,
+with damaged bytes, or of format 2 (one synchronizer per parameter, before this version) is
+refused and the State keeps what it had. A dict saved before the
 level_change option existed loads as level_change keep. After the epoch's check the telemetry
 shows each compressed parameter's Accordion norm: the mean over the ranks of the norm of the
 rank's mean gradient over the epoch."""
@@ -80,8 +81,7 @@ def same(a, b):
 
 def state_equal(a, b):
     return (a["config"] == b["config"] and a["non_finite_steps"] == b["non_finite_steps"]
-            and a["layers"].keys() == b["layers"].keys()
-            and all(torch.equal(a["layers"][n], b["layers"][n]) for n in a["layers"]))
+            and a["shapes"] == b["shapes"] and torch.equal(a["synchronizer"], b["synchronizer"]))
 
 
 def body(rank):
@@ -111,7 +111,8 @@ def body(rank):
         ("rank in the bytes", resumed, neighbours),
         ("parameters", bellows_torch.State(model=nn.Sequential(nn.Linear(12, 8)), **OPTIONS), saved),
         ("shapes", bellows_torch.State(model=nn.Sequential(nn.Linear(12, 8), nn.Linear(8, 5)), **OPTIONS), saved),
-        ("bytes", resumed, dict(saved, layers=dict(saved["layers"], **{"1.weight": saved["layers"]["1.weight"][:-4]}))),
+        ("bytes", resumed, dict(saved, synchronizer=saved["synchronizer"][:-4])),
+        ("format 2", resumed, dict(saved, format="bellows_torch.State/2")),
     ]:
         before = state.state_dict()
         try:
@@ -165,7 +166,8 @@ class StateDict(unittest.TestCase):
         expected = {"compressor": "family", "levels": "low: saved 2, this State 4",
                     "level change": "level_change: saved 'keep', this State 'reset'", "world size": "of 3 ranks",
                     "rank": "this process is rank", "rank in the bytes": "this is rank",
-                    "parameters": "other parameters", "shapes": "other shapes", "bytes": "1.weight"}
+                    "parameters": "other parameters", "shapes": "other shapes", "bytes": "does not fit this State",
+                    "format 2": "of format bellows_torch.State/2 (one synchronizer per parameter)"}
         for r in self.results:
             for what, words in expected.items():
                 self.assertIn(words, r["refusals"][what], what)

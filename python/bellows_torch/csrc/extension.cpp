@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // bellows_torch._C: the C++ half of the PyTorch DDP communication hook. A hook_state holds one
-// bellows::synchronizer per parameter, keyed by the parameter's name, so that a parameter's state
-// follows it into whatever DDP bucket holds it. Each call of the hook hands it the names of a
-// bucket's parameters and their gradient views into the bucket; each synchronizer averages its
-// gradient in place (float32 buckets) or in a float32 working copy of its own (bf16, fp16)
+// bellows::synchronizer for a model's parameters, each registered under its name with a random-
+// stream key of its name (so it draws the same numbers in any bucket), and each DDP bucket is one
+// step_bucket of it: one process-group call per round and operation for the whole bucket. The
+// gradients are averaged in place (float32 buckets) or in float32 working copies (bf16, fp16)
 // through the process group's own collective (c10d, so gloo on CPU), wrapped as a bellows
-// Collective. The reference() function runs the same synchronizers on bellows' local (threads)
-// collective, for the tests to compare the hook with.
+// Collective. The reference() function runs one synchronizer per parameter on bellows' local
+// (threads) collective, for the tests to compare the hook with.
 #include <torch/extension.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/utils/pybind.h>
@@ -41,7 +41,8 @@ namespace py = pybind11;
 
 /// A c10d process group as a bellows Collective. Every call waits for its work (the hook's
 /// asynchrony is one worker thread above this, see State in __init__.py). allgather gathers the
-/// block sizes first, then blocks padded to the largest.
+/// block sizes first, then blocks padded to the largest: two process-group calls. calls() counts
+/// them all.
 class process_group_collective {
 public:
   explicit process_group_collective(c10::intrusive_ptr<c10d::ProcessGroup> group) : group_(std::move(group)) {}
@@ -52,6 +53,7 @@ public:
   void allreduce_sum(std::span<float> v) {
     if (v.empty()) return;
     std::vector<at::Tensor> tensors{at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kFloat)};
+    ++calls_;
     group_->allreduce(tensors)->wait();
   }
 
@@ -60,6 +62,7 @@ public:
     std::vector<at::Tensor> in{at::full({1}, static_cast<std::int64_t>(mine.size()), at::kLong)};
     std::vector<std::vector<at::Tensor>> counts(1);
     for (std::size_t r = 0; r < w; ++r) counts[0].push_back(at::empty({1}, at::kLong));
+    ++calls_;
     group_->allgather(counts, in)->wait();
     sizes_.resize(w);
     std::size_t most = 0;
@@ -73,14 +76,18 @@ public:
     if (!mine.empty()) std::memcpy(block[0].data_ptr(), mine.data(), mine.size());
     std::vector<std::vector<at::Tensor>> blocks(1);
     for (std::size_t r = 0; r < w; ++r) blocks[0].push_back(at::empty({static_cast<std::int64_t>(most)}, at::kByte));
+    ++calls_;
     group_->allgather(blocks, block)->wait();
     for (std::size_t r = 0; r < w; ++r)
       if (sizes_[r] != 0) std::memcpy(out.block(r).data(), blocks[0][r].data_ptr(), sizes_[r]);
   }
 
+  [[nodiscard]] std::uint64_t calls() const noexcept { return calls_; }
+
 private:
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   std::vector<std::size_t> sizes_;
+  std::uint64_t calls_ = 0;
 };
 
 static_assert(bellows::Collective<process_group_collective>, "the process group adapter must model Collective");
@@ -101,67 +108,81 @@ struct hook_config {
   std::string level_change = "keep";  ///< keep or reset: a layer's state when Accordion switches its level
 };
 
-/// Key of a parameter's random streams: the seed mixed with an FNV-1a hash of the parameter's
-/// name, so that the streams do not depend on the bucket or the position that holds it.
-std::uint64_t layer_seed(std::uint64_t seed, const std::string& name) {
+/// Key of a parameter's random streams (layer_info::stream), added to the configuration's seed:
+/// an FNV-1a hash of the parameter's name times the golden ratio's 64-bit fraction, so that a
+/// parameter draws the same numbers whatever bucket, position or synchronizer holds it.
+std::uint64_t name_key(const std::string& name) {
   std::uint64_t h = 0xCBF29CE484222325ULL;
   for (const char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001B3ULL;
-  return seed + 0x9E3779B97F4A7C15ULL * h;
+  return 0x9E3779B97F4A7C15ULL * h;
 }
 
-/// The type-erased synchronizer of one parameter (a synchronizer with one layer).
-struct layer_runner {
-  virtual ~layer_runner() = default;
-  virtual std::uint8_t step(std::span<float> grad, process_group_collective& coll) = 0;
-  virtual std::uint8_t step(std::span<float> grad, bellows::collectives::local& coll) = 0;
+/// The type-erased synchronizer of a group of parameters (a model's, a DDP bucket's, or one
+/// parameter's in reference()), each layer registered with its name's stream key.
+struct group_runner {
+  virtual ~group_runner() = default;
+  virtual void add(const std::string& name, const bellows::shape& shape) = 0;
+  /// One bucket of the step (synchronizer::step_bucket): the gradients of layers `ids`, averaged
+  /// in place; the statuses in the order of ids.
+  virtual std::span<const bellows::step_status> run(std::span<const std::uint32_t> ids,
+                                                    std::span<const std::span<float>> grads,
+                                                    process_group_collective& coll) = 0;
+  virtual std::span<const bellows::step_status> run(std::span<const std::uint32_t> ids,
+                                                    std::span<const std::span<float>> grads,
+                                                    bellows::collectives::local& coll) = 0;
   virtual void end_epoch(float lr, process_group_collective& coll) = 0;
   virtual void end_epoch(float lr, bellows::collectives::local& coll) = 0;
-  [[nodiscard]] virtual bellows::layer_telemetry telemetry() const = 0;
-  /// Accordion's mean-gradient norm of the layer at its last check (NaN before the first check,
+  [[nodiscard]] virtual const bellows::layer_telemetry& telemetry(std::size_t id) const = 0;
+  /// Accordion's mean-gradient norm of a layer at its last check (NaN before the first check,
   /// for a layer it does not observe, and without Accordion; telemetry() shows NaN as None).
-  [[nodiscard]] virtual float checked_norm() const = 0;
-  /// PowerSGD only: the query Q (m x r column-major, as r rows of m); empty otherwise.
-  [[nodiscard]] virtual std::vector<float> query(std::size_t& columns) const = 0;
-  /// The synchronizer's checkpoint bytes (compressor state, detector, counters, telemetry) of
+  [[nodiscard]] virtual float checked_norm(std::size_t id) const = 0;
+  /// PowerSGD only: a layer's query Q (m x r column-major, as r rows of m); empty otherwise.
+  [[nodiscard]] virtual std::vector<float> query(std::size_t id, std::size_t& columns) const = 0;
+  /// The synchronizer's checkpoint bytes (compressor states, detector, counters, telemetry) of
   /// this rank of the group.
   [[nodiscard]] virtual std::vector<std::byte> checkpoint(bellows::rank_place at) const = 0;
-  /// Restores checkpoint() bytes of a runner of the same configuration, name, shape and place;
-  /// raises bellows::wire_error and changes nothing otherwise.
+  /// Restores checkpoint() bytes of a runner of the same configuration and layers, at the same
+  /// place; raises bellows::wire_error and changes nothing otherwise.
   virtual void restore(std::span<const std::byte> bytes, bellows::rank_place at) = 0;
 };
 
 template <class C, class D>
-class runner final : public layer_runner {
+class runner final : public group_runner {
 public:
-  runner(C low, C high, D detector, bellows::level_change change, bellows::cpu::executor& exec, const std::string& name,
-         const bellows::shape& shape)
+  runner(C low, C high, D detector, bellows::level_change change, bellows::cpu::executor& exec)
       : sync_(std::move(low), std::move(high), std::move(detector), exec) {
-    sync_.add_layer(name, shape);
     sync_.set_level_change(change);
   }
-  std::uint8_t step(std::span<float> grad, process_group_collective& coll) override {
-    return static_cast<std::uint8_t>(sync_.step(std::span<const std::span<float>>(&grad, 1), coll)[0]);
+  void add(const std::string& name, const bellows::shape& shape) override {
+    (void)sync_.add_layer(name, shape, name_key(name));
   }
-  std::uint8_t step(std::span<float> grad, bellows::collectives::local& coll) override {
-    return static_cast<std::uint8_t>(sync_.step(std::span<const std::span<float>>(&grad, 1), coll)[0]);
+  std::span<const bellows::step_status> run(std::span<const std::uint32_t> ids, std::span<const std::span<float>> grads,
+                                            process_group_collective& coll) override {
+    return sync_.step_bucket(ids, grads, coll);
+  }
+  std::span<const bellows::step_status> run(std::span<const std::uint32_t> ids, std::span<const std::span<float>> grads,
+                                            bellows::collectives::local& coll) override {
+    return sync_.step_bucket(ids, grads, coll);
   }
   void end_epoch(float lr, process_group_collective& coll) override { sync_.end_epoch(lr, coll); }
   void end_epoch(float lr, bellows::collectives::local& coll) override { sync_.end_epoch(lr, coll); }
-  [[nodiscard]] bellows::layer_telemetry telemetry() const override { return sync_.telemetry()[0]; }
-  [[nodiscard]] float checked_norm() const override {
+  [[nodiscard]] const bellows::layer_telemetry& telemetry(std::size_t id) const override {
+    return sync_.telemetry()[id];
+  }
+  [[nodiscard]] float checked_norm(std::size_t id) const override {
     if constexpr (std::is_same_v<D, bellows::accordion>) {
       const auto& s = sync_.detector().state();
-      if (s.checks > 0 && sync_.telemetry()[0].participates) return s.norm_prev[0];
+      if (s.checks > 0 && sync_.telemetry()[id].participates) return s.norm_prev[id];
     }
     return std::numeric_limits<float>::quiet_NaN();
   }
-  [[nodiscard]] std::vector<float> query(std::size_t& columns) const override {
+  [[nodiscard]] std::vector<float> query(std::size_t id, std::size_t& columns) const override {
     columns = 0;
     if constexpr (requires(const typename C::state& s) {
                     s.query;
                     s.rank;
                   }) {
-      const auto& st = sync_.state(0);
+      const auto& st = sync_.state(id);
       columns = st.rank;
       const std::span<const float> q = st.query.span();
       return {q.begin(), q.begin() + static_cast<std::ptrdiff_t>(st.rank * st.cols)};
@@ -178,8 +199,7 @@ private:
 };
 
 template <class C>
-std::unique_ptr<layer_runner> with_detector(const hook_config& cfg, C low, C high, bellows::cpu::executor& exec,
-                                            const std::string& name, const bellows::shape& shape) {
+std::unique_ptr<group_runner> with_detector(const hook_config& cfg, C low, C high, bellows::cpu::executor& exec) {
   if (cfg.level_change != "keep" && cfg.level_change != "reset")
     bellows::fail("bellows_torch: level_change must be 'keep' or 'reset', got '", cfg.level_change, "'");
   const auto change = cfg.level_change == "keep" ? bellows::level_change::keep : bellows::level_change::reset;
@@ -188,10 +208,10 @@ std::unique_ptr<layer_runner> with_detector(const hook_config& cfg, C low, C hig
     p.eta = cfg.eta;
     p.interval = cfg.interval;
     return std::make_unique<runner<C, bellows::accordion>>(std::move(low), std::move(high), bellows::accordion(p, exec),
-                                                           change, exec, name, shape);
+                                                           change, exec);
   }
   return std::make_unique<runner<C, bellows::static_policy>>(
-      std::move(low), std::move(high), bellows::static_policy(bellows::regime::critical), change, exec, name, shape);
+      std::move(low), std::move(high), bellows::static_policy(bellows::regime::critical), change, exec);
 }
 
 /// A level as option text: a whole number without a fraction (a rank or bits), else the shortest
@@ -216,10 +236,9 @@ constexpr bool has_option(std::string_view name) {
 /// "high"), e.g. "bellows_torch: low=1.5: topk: ratio must be in (0, 1], got 1.5".
 template <class M>
 typename M::template compressor<bellows::cpu::executor> compressor_at(const hook_config& cfg, const char* which,
-                                                                      double level, std::uint64_t seed,
-                                                                      bellows::cpu::executor& exec) {
+                                                                      double level, bellows::cpu::executor& exec) {
   bellows::method_settings s;
-  s.set("seed", std::to_string(seed));
+  s.set("seed", std::to_string(cfg.seed));
   BELLOWS_EXPECTS(cfg.feedback == "default" || cfg.feedback == "residual" || cfg.feedback == "none",
                   "bellows_torch: error_feedback must be 'default', 'residual' or 'none', got '", cfg.feedback, "'");
   if (cfg.feedback != "default" && has_option<M>("error-feedback")) s.set("error-feedback", cfg.feedback);
@@ -233,17 +252,15 @@ typename M::template compressor<bellows::cpu::executor> compressor_at(const hook
   }
 }
 
-/// The synchronizer of one parameter for a configuration; the hook and reference() both use it.
-std::unique_ptr<layer_runner> make_runner(const hook_config& cfg, bellows::cpu::executor& exec, const std::string& name,
-                                          const bellows::shape& shape) {
-  const std::uint64_t seed = layer_seed(cfg.seed, name);
-  std::unique_ptr<layer_runner> out;
+/// A synchronizer without layers for a configuration; the hook and reference() both use it.
+std::unique_ptr<group_runner> make_group(const hook_config& cfg, bellows::cpu::executor& exec) {
+  std::unique_ptr<group_runner> out;
   const bool known = bellows::visit_method(bellows::compressor_methods{}, cfg.family, [&](auto m) {
     using M = typename decltype(m)::type;
-    auto low = compressor_at<M>(cfg, "low", cfg.low, seed, exec);
-    auto high = cfg.accordion ? compressor_at<M>(cfg, "high", cfg.high, seed, exec)
-                              : compressor_at<M>(cfg, "low", cfg.low, seed, exec);
-    out = with_detector(cfg, std::move(low), std::move(high), exec, name, shape);
+    auto low = compressor_at<M>(cfg, "low", cfg.low, exec);
+    auto high =
+        cfg.accordion ? compressor_at<M>(cfg, "high", cfg.high, exec) : compressor_at<M>(cfg, "low", cfg.low, exec);
+    out = with_detector(cfg, std::move(low), std::move(high), exec);
   });
   if (!known)
     bellows::fail("bellows_torch: unknown compressor '", cfg.family, "' (",
@@ -257,149 +274,182 @@ bellows::shape shape_of(at::IntArrayRef sizes) {
   return s;
 }
 
-/// The state behind bellows_torch.State: one synchronizer per parameter name, made when the name
-/// is first seen (or up front by add()). A name seen again with another shape (only the
-/// bucket-position names of a State without a model can do that) starts over and counts as a
-/// rebuild.
+/// The state behind bellows_torch.State: synchronizers of groups of parameters, each parameter
+/// keyed by its name. A State with a model has one group, "", of all its parameters, made up
+/// front, and each DDP bucket is one step_bucket of it (so a parameter's state follows it into
+/// whatever bucket DDP puts it in). A State without a model has a group per DDP bucket,
+/// "bucket<i>", of the bucket's gradients, made when the bucket is first seen; a bucket seen again
+/// with other gradients (names or shapes) starts its group over, and counts as a rebuild.
 class hook_state {
 public:
   hook_state(hook_config cfg, const c10::intrusive_ptr<c10d::ProcessGroup>& group)
       : cfg_(std::move(cfg)), exec_(std::make_unique<bellows::cpu::executor>(cfg_.threads)), coll_(group) {
-    // Fail at construction on a bad configuration, not in the first backward pass.
-    (void)make_runner(cfg_, *exec_, "check", shape_of({1}));
+    (void)make_group(cfg_, *exec_);  // fail at construction on a bad configuration, not in the first backward pass
   }
 
-  /// Makes the synchronizer of a parameter (if `name` is new or its shape changed) without a step.
-  void add(const std::string& name, const std::vector<std::int64_t>& sizes) { (void)entry_of(name, sizes); }
+  /// Makes group `key` of these parameters unless it holds exactly them already (then nothing
+  /// changes); a group made over again counts as a rebuild.
+  void prepare(const std::string& key, const std::vector<std::string>& names,
+               const std::vector<std::vector<std::int64_t>>& sizes) {
+    TORCH_CHECK(names.size() == sizes.size(), "bellows_torch: ", names.size(), " names for ", sizes.size(), " shapes");
+    const auto it = groups_.find(key);
+    if (it != groups_.end() && it->second.names == names && it->second.sizes == sizes) return;
+    group g{make_group(cfg_, *exec_), names, sizes, {}, std::vector<at::Tensor>(names.size())};
+    for (std::size_t id = 0; id < names.size(); ++id) {
+      TORCH_CHECK(g.ids.emplace(names[id], static_cast<std::uint32_t>(id)).second, "bellows_torch: parameter '",
+                  names[id], "' named twice");
+      g.runner->add(names[id], shape_of(sizes[id]));
+    }
+    if (it != groups_.end()) ++rebuilds_;
+    groups_.insert_or_assign(key, std::move(g));
+  }
 
-  /// Averages one bucket in place: `grads` are the views of its parameters `names` into the
-  /// bucket (float32, bfloat16 or float16, all of the bucket's dtype). Returns one status per
-  /// gradient (0 ok, 1 non-finite: that gradient was left as it was).
-  std::vector<std::uint8_t> run(const std::vector<std::string>& names, const std::vector<at::Tensor>& grads) {
+  /// Averages one bucket in place (one step_bucket of group `key`; without a model, the group
+  /// of the bucket is made first if needed): `grads` are the views of its parameters `names`
+  /// into the bucket (float32, bfloat16 or float16, all of the bucket's dtype). Returns one
+  /// status per gradient (0 ok, 1 non-finite: that gradient was left as it was).
+  std::vector<std::uint8_t> run(const std::string& key, const std::vector<std::string>& names,
+                                const std::vector<at::Tensor>& grads) {
     TORCH_CHECK(names.size() == grads.size(), "bellows_torch: ", names.size(), " names for ", grads.size(),
                 " gradients");
-    std::vector<std::uint8_t> statuses(grads.size());
-    py::gil_scoped_release unlocked;
+    if (!key.empty()) {
+      std::vector<std::vector<std::int64_t>> sizes;
+      for (const at::Tensor& g : grads) sizes.push_back(g.sizes().vec());
+      prepare(key, names, sizes);
+    }
+    const auto found = groups_.find(key);
+    TORCH_CHECK(found != groups_.end(), "bellows_torch: no parameters registered for the model");
+    group& grp = found->second;
+    ids_.clear();
+    views_.clear();
     for (std::size_t j = 0; j < grads.size(); ++j) {
+      const auto it = grp.ids.find(names[j]);
+      TORCH_CHECK(it != grp.ids.end(), "bellows_torch: '", names[j], "' is not one of the State's parameters");
       const at::Tensor& g = grads[j];
       TORCH_CHECK(g.device().is_cpu(), "bellows_torch: the gradient of '", names[j], "' is on ", g.device(),
                   "; this build averages CPU tensors only");
       TORCH_CHECK(g.is_contiguous(), "bellows_torch: the gradient of '", names[j], "' is not contiguous");
+      TORCH_CHECK(g.sizes().equals(grp.sizes[it->second]), "bellows_torch: the gradient of '", names[j], "' has shape ",
+                  g.sizes(), ", the parameter ", at::IntArrayRef(grp.sizes[it->second]));
       const at::ScalarType t = g.scalar_type();
       TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf, "bellows_torch: the gradient of '", names[j],
                   "' is ", t, "; float32, bfloat16 and float16 are averaged");
-      entry& e = entry_of(names[j], g.sizes());
+      ids_.push_back(it->second);
       const auto n = static_cast<std::size_t>(g.numel());
       if (t == at::kFloat) {
-        statuses[j] = e.runner->step(std::span<float>(g.data_ptr<float>(), n), coll_);
+        views_.emplace_back(g.data_ptr<float>(), n);
         continue;
       }
-      // bf16 / fp16: the compressor works on the layer's float32 copy, made once and reused.
-      if (!e.work.defined()) e.work = at::empty(g.sizes(), at::kFloat);
-      e.work.copy_(g);
-      statuses[j] = e.runner->step(std::span<float>(e.work.data_ptr<float>(), n), coll_);
-      g.copy_(e.work);
+      // bf16 / fp16: the compressor works on the parameter's float32 copy, made once and reused.
+      at::Tensor& work = grp.work[it->second];
+      if (!work.defined()) work = at::empty(g.sizes(), at::kFloat);
+      work.copy_(g);
+      views_.emplace_back(work.data_ptr<float>(), n);
     }
+    std::vector<std::uint8_t> statuses(grads.size());
+    {
+      py::gil_scoped_release unlocked;
+      const std::span<const bellows::step_status> s = grp.runner->run(ids_, views_, coll_);
+      for (std::size_t j = 0; j < s.size(); ++j) statuses[j] = static_cast<std::uint8_t>(s[j]);
+    }
+    for (std::size_t j = 0; j < grads.size(); ++j)
+      if (grads[j].scalar_type() != at::kFloat) grads[j].copy_(grp.work[ids_[j]]);
     return statuses;
   }
 
-  /// Ends the epoch for every parameter, in name order (a collective call on every rank): `lr`
-  /// is the learning rate of the epoch that starts next.
+  /// Ends the epoch for every group, in key order (a collective call on every rank): `lr` is the
+  /// learning rate of the epoch that starts next.
   void end_epoch(float lr) {
     py::gil_scoped_release unlocked;
-    for (auto& [name, e] : layers_) e.runner->end_epoch(lr, coll_);
+    for (auto& [key, g] : groups_) g.runner->end_epoch(lr, coll_);
   }
 
   [[nodiscard]] py::dict telemetry() const {
     py::dict out;
-    for (const auto& [name, e] : layers_) {
-      const bellows::layer_telemetry t = e.runner->telemetry();
-      py::dict d;
-      d["compressed"] = t.participates;
-      d["level"] = t.level == bellows::regime::critical ? "low" : "high";
-      d["steps"] = t.steps;
-      d["skipped"] = t.skipped;
-      d["bytes"] = t.sent.bytes;
-      d["floats"] = t.sent.elements;
-      const float norm = e.runner->checked_norm();
-      d["norm"] = std::isnan(norm) ? py::object(py::none()) : py::object(py::float_(norm));
-      out[py::str(name)] = d;
-    }
+    for (const auto& [key, g] : groups_)
+      for (std::size_t id = 0; id < g.names.size(); ++id) {
+        const bellows::layer_telemetry& t = g.runner->telemetry(id);
+        py::dict d;
+        d["compressed"] = t.participates;
+        d["level"] = t.level == bellows::regime::critical ? "low" : "high";
+        d["steps"] = t.steps;
+        d["skipped"] = t.skipped;
+        d["bytes"] = t.sent.bytes;
+        d["floats"] = t.sent.elements;
+        const float norm = g.runner->checked_norm(id);
+        d["norm"] = std::isnan(norm) ? py::object(py::none()) : py::object(py::float_(norm));
+        out[py::str(g.names[id])] = d;
+      }
     return out;
   }
 
   /// A parameter's PowerSGD query as a (columns, m) tensor: row j is column j of Q. Empty for
   /// other compressors and uncompressed parameters.
   [[nodiscard]] at::Tensor query(const std::string& name) const {
-    std::size_t columns = 0;
-    std::vector<float> q = known(name).runner->query(columns);
-    const auto cols = static_cast<std::int64_t>(columns);
-    const std::int64_t m = cols == 0 ? 0 : static_cast<std::int64_t>(q.size()) / cols;
-    return torch::from_blob(q.data(), {cols, m}, at::kFloat).clone();
-  }
-
-  /// {name: (shape, checkpoint bytes as a uint8 tensor)} of every parameter.
-  [[nodiscard]] py::dict state() const {
-    py::dict out;
-    for (const auto& [name, e] : layers_) {
-      const std::vector<std::byte> bytes = e.runner->checkpoint(coll_);
-      at::Tensor t = at::empty({static_cast<std::int64_t>(bytes.size())}, at::kByte);
-      if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
-      out[py::str(name)] = py::make_tuple(e.sizes, t);
-    }
-    return out;
-  }
-
-  /// Restores state(): every parameter named, with its shape and bytes. All of it is restored
-  /// into new synchronizers first; any error (an unknown shape, bytes of another compressor or
-  /// level, a truncated record) raises and leaves every parameter's state as it was.
-  void load(const std::map<std::string, std::pair<std::vector<std::int64_t>, at::Tensor>>& saved) {
-    std::map<std::string, entry> next;
-    for (const auto& [name, item] : saved) {
-      const auto& [sizes, bytes] = item;
-      TORCH_CHECK(bytes.scalar_type() == at::kByte && bytes.dim() == 1 && bytes.is_contiguous(),
-                  "bellows_torch: the state of '", name, "' is not a flat uint8 tensor");
-      entry e{sizes, make_runner(cfg_, *exec_, name, shape_of(sizes)), {}};
-      try {
-        e.runner->restore({static_cast<const std::byte*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel())},
-                          coll_);
-      } catch (const bellows::error& err) {
-        bellows::fail("bellows_torch: the saved state of '", name, "' does not fit this State: ", err.what());
+    for (const auto& [key, g] : groups_)
+      if (const auto it = g.ids.find(name); it != g.ids.end()) {
+        std::size_t columns = 0;
+        std::vector<float> q = g.runner->query(it->second, columns);
+        const auto cols = static_cast<std::int64_t>(columns);
+        const std::int64_t m = cols == 0 ? 0 : static_cast<std::int64_t>(q.size()) / cols;
+        return torch::from_blob(q.data(), {cols, m}, at::kFloat).clone();
       }
-      next.emplace(name, std::move(e));
+    bellows::fail("bellows_torch: no parameter '", name, "' has been seen");
+  }
+
+  /// The model's group: (names, shapes, its synchronizer's checkpoint bytes as a uint8 tensor).
+  [[nodiscard]] py::tuple state() const {
+    const group& g = model();
+    const std::vector<std::byte> bytes = g.runner->checkpoint(coll_);
+    at::Tensor t = at::empty({static_cast<std::int64_t>(bytes.size())}, at::kByte);
+    if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+    return py::make_tuple(g.names, g.sizes, t);
+  }
+
+  /// Restores state()'s bytes into the model's group: into a new synchronizer of the same
+  /// parameters first, so that any error (bytes of another compressor, level, rank or
+  /// parameters, or truncated) raises and leaves the State as it was.
+  void load(const at::Tensor& bytes) {
+    TORCH_CHECK(bytes.scalar_type() == at::kByte && bytes.dim() == 1 && bytes.is_contiguous(),
+                "bellows_torch: the saved synchronizer is not a flat uint8 tensor");
+    group& g = model();
+    std::unique_ptr<group_runner> next = make_group(cfg_, *exec_);
+    for (std::size_t id = 0; id < g.names.size(); ++id) next->add(g.names[id], shape_of(g.sizes[id]));
+    try {
+      next->restore({static_cast<const std::byte*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel())}, coll_);
+    } catch (const bellows::error& err) {
+      bellows::fail("bellows_torch: the saved state does not fit this State: ", err.what());
     }
-    layers_ = std::move(next);
+    g.runner = std::move(next);
   }
 
   [[nodiscard]] std::size_t rebuilds() const noexcept { return rebuilds_; }
+  /// Process-group calls made so far (an allreduce one, an allgather two).
+  [[nodiscard]] std::uint64_t calls() const noexcept { return coll_.calls(); }
 
 private:
-  struct entry {
-    std::vector<std::int64_t> sizes;
-    std::unique_ptr<layer_runner> runner;
-    at::Tensor work;  ///< float32 copy of a bf16 / fp16 gradient, made on first use
+  struct group {
+    std::unique_ptr<group_runner> runner;
+    std::vector<std::string> names;                ///< by layer id
+    std::vector<std::vector<std::int64_t>> sizes;  ///< by layer id
+    std::map<std::string, std::uint32_t> ids;      ///< name -> layer id
+    std::vector<at::Tensor> work;                  ///< float32 copies of bf16 / fp16 gradients, made on first use
   };
 
-  entry& entry_of(const std::string& name, at::IntArrayRef sizes) {
-    entry& e = layers_[name];
-    if (!e.runner || !sizes.equals(e.sizes)) {
-      if (e.runner) ++rebuilds_;
-      e = entry{sizes.vec(), make_runner(cfg_, *exec_, name, shape_of(sizes)), {}};
-    }
-    return e;
-  }
-
-  [[nodiscard]] const entry& known(const std::string& name) const {
-    const auto it = layers_.find(name);
-    TORCH_CHECK(it != layers_.end(), "bellows_torch: no parameter '", name, "' has been seen");
+  [[nodiscard]] group& model() {
+    const auto it = groups_.find("");
+    TORCH_CHECK(it != groups_.end(), "bellows_torch: the State has no model");
     return it->second;
   }
+  [[nodiscard]] const group& model() const { return const_cast<hook_state*>(this)->model(); }
 
   hook_config cfg_;
   std::unique_ptr<bellows::cpu::executor> exec_;
   process_group_collective coll_;
-  std::map<std::string, entry> layers_;
+  std::map<std::string, group> groups_;
   std::size_t rebuilds_ = 0;
+  std::vector<std::uint32_t> ids_;  // of the bucket in run, reused
+  std::vector<std::span<float>> views_;
 };
 
 /// bellows called directly: one synchronizer per layer `names[j]` on bellows' local collective,
@@ -432,20 +482,21 @@ std::vector<std::vector<at::Tensor>> reference(const hook_config& cfg, const std
   bellows::collectives::local_group group(w);
   group.run([&](bellows::collectives::local& coll) {
     const std::size_t r = coll.rank();
-    std::vector<std::unique_ptr<layer_runner>> runs;
-    for (std::size_t j = 0; j < names.size(); ++j) runs.push_back(make_runner(cfg, exec, names[j], layer_shapes[j]));
+    std::vector<std::unique_ptr<group_runner>> runs;
+    for (std::size_t j = 0; j < names.size(); ++j) {
+      runs.push_back(make_group(cfg, exec));
+      runs.back()->add(names[j], layer_shapes[j]);
+    }
+    const std::uint32_t only = 0;
     for (std::size_t s = 0; s < outputs[r].size(); ++s) {
       float* at = outputs[r][s].data_ptr<float>();
       for (std::size_t j = 0; j < runs.size(); ++j) {
-        (void)runs[j]->step(std::span<float>(at, layer_shapes[j].size()), coll);
+        const std::span<float> g(at, layer_shapes[j].size());
+        (void)runs[j]->run(std::span<const std::uint32_t>(&only, 1), std::span<const std::span<float>>(&g, 1), coll);
         at += layer_shapes[j].size();
       }
-      if (s < end_epoch_lr.size() && end_epoch_lr[s] > 0) {
-        std::vector<std::size_t> order(names.size());  // name order, as hook_state::end_epoch
-        for (std::size_t j = 0; j < order.size(); ++j) order[j] = j;
-        std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return names[a] < names[b]; });
-        for (const std::size_t j : order) runs[j]->end_epoch(end_epoch_lr[s], coll);
-      }
+      if (s < end_epoch_lr.size() && end_epoch_lr[s] > 0)
+        for (const auto& run : runs) run->end_epoch(end_epoch_lr[s], coll);
     }
   });
   return outputs;
@@ -471,14 +522,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("level_change", &hook_config::level_change);
   py::class_<hook_state>(m, "HookState")
       .def(py::init<hook_config, const c10::intrusive_ptr<c10d::ProcessGroup>&>())
-      .def("add", &hook_state::add)
+      .def("prepare", &hook_state::prepare)
       .def("run", &hook_state::run)
       .def("end_epoch", &hook_state::end_epoch)
       .def("state", &hook_state::state)
       .def("load", &hook_state::load)
       .def("telemetry", &hook_state::telemetry)
       .def("query", &hook_state::query)
-      .def("rebuilds", &hook_state::rebuilds);
+      .def("rebuilds", &hook_state::rebuilds)
+      .def("calls", &hook_state::calls);
   m.def("reference", &reference);
   m.def("default_level", [](const std::string& family) {
     double level = 0;  // identity: no level
