@@ -121,8 +121,13 @@ public:
   [[nodiscard]] std::size_t max_batch() const noexcept { return max_batch_; }
 
   /// Forward and backward over n samples (x: n x 784, row-major; labels: n): writes the gradient
-  /// of the mean cross-entropy into gradients() and returns that mean.
-  T train_batch(std::span<const T> x, std::span<const std::uint8_t> labels) {
+  /// of the mean cross-entropy into gradients() and returns that mean. The backward pass goes
+  /// from the last layer down and calls ready(id) once the gradients of tensors id and up are
+  /// final, so that a trainer can average them while it computes the rest (it may replace them;
+  /// the pass reads no gradient it has written).
+  template <class Ready = void (*)(std::size_t)>
+  T train_batch(
+      std::span<const T> x, std::span<const std::uint8_t> labels, Ready&& ready = [](std::size_t) {}) {
     const std::size_t n = forward(x, labels);
     T loss = 0;
     // delta of the logits: (softmax - one hot) / n; padded columns stay 0.
@@ -135,7 +140,10 @@ public:
       for (std::size_t o = 0; o < widths[depth]; ++o)
         d[o * ld_ + b] = (std::exp(z[o * ld_ + b] - lse) - (o == labels[b] ? T(1) : T(0))) / static_cast<T>(n);
     }
-    for (std::size_t f = depth; f-- > 0;) backward(f, n);
+    for (std::size_t f = depth; f-- > 0;) {
+      backward(f, n);
+      ready(2 * f);
+    }
     return loss / static_cast<T>(n);
   }
 

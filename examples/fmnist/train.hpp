@@ -11,7 +11,11 @@
 //     averaging.total_sent()          for the traffic of each epoch
 // which is exactly the surface of bellows::synchronizer. `uncompressed_averaging` below is the
 // baseline; to train compressed, the factory handed to train() returns a synchronizer with the
-// model's layers registered instead (a one-line change in main.cpp).
+// model's layers registered instead (a one-line change in main.cpp). An averaging object that
+// also has step_bucket (the synchronizer) gets the step in buckets instead, each handed over as
+// soon as the backward pass has finished its tensors, the way DDP hands its buckets to a
+// communication hook: planned by bellows::plan_buckets from the last tensor back, in
+// train_options::bucket_bytes (the synchronizer's own default, so the same bits as step).
 //
 // Determinism. The model is initialised from the seed alone, every epoch's shuffle is keyed by
 // (seed, epoch), and the local collective sums in rank order, so every replica holds the same
@@ -50,6 +54,7 @@
 #include <bellows/core/philox.hpp>
 #include <bellows/core/shape.hpp>
 #include <bellows/core/traffic.hpp>
+#include <bellows/sync/bucket_exchange.hpp>
 
 #include "idx.hpp"
 #include "model.hpp"
@@ -109,6 +114,9 @@ private:
 static_assert(gradient_averaging<uncompressed_averaging>);
 
 struct train_options {
+  /// The budget of the buckets handed to an averaging object with step_bucket (0: each tensor
+  /// alone). Any budget gives the same bits.
+  std::size_t bucket_bytes = std::size_t{25} << 20;
   std::size_t epochs = 10;
   std::uint64_t seed = 1;
   std::size_t workers = 4;
@@ -390,6 +398,18 @@ train_result train_worker(const dataset& data, const train_options& options, std
   }
   std::vector<std::span<float>> grads;
   for (std::size_t id = 0; id < model.layers().size(); ++id) grads.push_back(model.gradient(id));
+  // The buckets, bucket b tensors [bounds[b], bounds[b + 1]), with their ids and gradients.
+  const std::vector<std::uint32_t> bounds = bellows::plan_buckets(model.layers(), options.bucket_bytes);
+  std::vector<std::vector<std::uint32_t>> bucket_ids;
+  std::vector<std::vector<std::span<float>>> bucket_grads;
+  for (std::size_t b = 0; b + 1 < bounds.size(); ++b) {
+    bucket_ids.emplace_back();
+    bucket_grads.emplace_back();
+    for (std::uint32_t id = bounds[b]; id < bounds[b + 1]; ++id) {
+      bucket_ids.back().push_back(id);
+      bucket_grads.back().push_back(grads[id]);
+    }
+  }
   std::vector<float> x(batch * image_size);
   std::vector<std::uint8_t> labels(batch);
   std::vector<std::uint32_t> order(train_count), test_items(batch);
@@ -408,9 +428,20 @@ train_result train_worker(const dataset& data, const train_options& options, std
     for (std::size_t step = 0; step < steps; ++step) {
       const std::span<const std::uint32_t> items(order.data() + rank * shard + step * batch, batch);
       gather(data.train, items, table, x, labels);
-      train_loss += static_cast<double>(model.train_batch(x, labels));
       bool ok = true;
-      for (const bellows::step_status s : averaging.step(grads, comm)) ok = ok && s == bellows::step_status::ok;
+      const auto take = [&ok](std::span<const bellows::step_status> statuses) {
+        for (const bellows::step_status s : statuses) ok = ok && s == bellows::step_status::ok;
+      };
+      if constexpr (requires { averaging.step_bucket(bucket_ids[0], bucket_grads[0], comm); }) {
+        std::size_t next = bucket_ids.size();  // the buckets not yet handed over are [0, next)
+        train_loss += static_cast<double>(model.train_batch(x, labels, [&](std::size_t ready) {
+          for (; next > 0 && bounds[next - 1] >= ready; --next)
+            take(averaging.step_bucket(bucket_ids[next - 1], bucket_grads[next - 1], comm));
+        }));
+      } else {
+        train_loss += static_cast<double>(model.train_batch(x, labels));
+        take(averaging.step(grads, comm));
+      }
       if (ok)
         optimizer.step(model.parameters(), model.gradients(), lr);
       else

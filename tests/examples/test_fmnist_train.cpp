@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "fmnist/train.hpp"
 
+#include <bellows/compressors/powersgd.hpp>
+#include <bellows/regime/static_policy.hpp>
+#include <bellows/sync/synchronizer.hpp>
+
 #include <doctest/doctest.h>
 
 #include <cstddef>
@@ -101,6 +105,33 @@ TEST_CASE("fmnist training: a seed gives the same weights bit for bit; another s
   CHECK(first.epochs[0].test_accuracy == second.epochs[0].test_accuracy);
   CHECK(first.epochs[0].train_loss == second.epochs[0].train_loss);
   CHECK(other.weights != first.weights);
+}
+
+TEST_CASE("fmnist training: a synchronizer handed its buckets during the backward pass gives step's weights") {
+  const fmnist::dataset* data = real_data();
+  if (data == nullptr) return;
+  const auto powersgd = [](std::span<const bellows::layer_info> layers) {
+    bellows::synchronizer sync(bellows::powersgd<>({.rank = 2}), bellows::powersgd<>({.rank = 1}),
+                               bellows::static_policy(bellows::regime::critical));
+    for (const bellows::layer_info& l : layers) sync.add_layer(l.name, l.shape);
+    return sync;
+  };
+  /// The synchronizer without step_bucket: the whole step at once, after the backward pass.
+  struct whole_step {
+    decltype(powersgd({})) sync;
+    std::span<const bellows::step_status> step(std::span<const std::span<float>> g, bellows::collectives::local& c) {
+      return sync.step(g, c);
+    }
+    void end_epoch(float lr, bellows::collectives::local& c) { (void)sync.end_epoch(lr, c); }
+    [[nodiscard]] bellows::traffic total_sent() const { return sync.total_sent(); }
+  };
+  const auto stepped = [&](std::span<const bellows::layer_info> layers) { return whole_step{powersgd(layers)}; };
+  fmnist::train_options alone = small(7), one = small(7);
+  alone.bucket_bytes = 0;  // six buckets, each tensor handed over once its backward is done
+  const fmnist::train_result by_step = fmnist::train(*data, small(7), stepped);
+  CHECK(fmnist::train(*data, one, powersgd).weights == by_step.weights);
+  CHECK(fmnist::train(*data, alone, powersgd).weights == by_step.weights);
+  CHECK(by_step.weights != fmnist::train(*data, small(7), uncompressed).weights);
 }
 
 TEST_CASE("fmnist training: epoch_limit trains each epoch on a fresh subset of the training images") {
