@@ -3,7 +3,8 @@
 // m = g + e at k distinct indices drawn uniformly without replacement, in ascending order.
 //
 // The indices come from the layer's Philox stream (layer_info::stream: {seed, step, layer id,
-// rank} unless the layer has a key of its own), where rank is philox::stream::shared in shared mode, by the draw that cpu/sample.hpp documents: proposals of
+// rank} unless the layer has a key of its own), where rank is philox::stream::shared in shared
+// mode, by the draw that cpu/sample.hpp documents: proposals of
 // 32-bit (or, for n >= 2^32, 64-bit) words mapped to [0, n) by multiplication with exact
 // rejection, deduplicated in a bitmap, the surplus dropped by Floyd's algorithm over ranks. Every
 // step but the short last one runs in parallel, so a GPU backend can draw the same indices.

@@ -112,9 +112,9 @@ public:
   }
 
   /// add_layer for a layer with a random-stream key of its own: it draws the numbers of
-  /// layer_info::stream with `key`, whatever its id (every rank registers the same key; the
-  /// first step checks that, and a checkpoint, which records names and shapes, restores only
-  /// into layers registered with the keys it was taken with).
+  /// layer_info::stream with `key`, whatever its id. Every rank registers the same key (the
+  /// first step checks that). A checkpoint records names and shapes, not keys: restore it into
+  /// layers registered with the keys it was taken with (bellows_torch derives them from names).
   std::uint32_t add_layer(std::string name, bellows::shape shp, std::uint64_t key) {
     return register_layer(std::move(name), shp, true, key);
   }
