@@ -78,6 +78,20 @@ def train(rank, name):
     return dist_util.gather(dict(events=recorder.events, shapes=shapes, calls=calls))
 
 
+def without_model(rank):
+    """The DDP run of train() with a State without a model: its synchronizers are DDP's buckets."""
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 4000
+    net = DDP(model(), bucket_cap_mb=0.004)
+    state = bellows_torch.State("powersgd", low=2, seed=11)
+    net.register_comm_hook(state, bellows_torch.hook)
+    gen = torch.Generator().manual_seed(100 + rank)
+    for _ in range(3):
+        x = torch.randn(16, 1, 8, 8, generator=gen)
+        nn.functional.cross_entropy(net(x), torch.randint(0, 10, (16,), generator=gen)).backward()
+    steps = {name: layer["steps"] for name, layer in state.telemetry().items()}
+    return dist_util.gather(dict(rebuilds=state.rebuilds(), steps=steps))
+
+
 class HookMatchesDirect(unittest.TestCase):
     """DDP with several buckets, rebuilt after the first iteration, against bellows with no
     buckets at all (one synchronizer per parameter, fed the same gradients)."""
@@ -143,6 +157,15 @@ class HookMatchesDirect(unittest.TestCase):
         for name in LISTED:
             with self.subTest(name):
                 self.check(name)
+
+    def test_without_a_model_each_bucket_has_its_synchronizer(self):
+        # DDP's rebuild after the first step turns its one bucket of six parameters into two:
+        # bucket 0 comes with other gradients and starts over (one rebuild), bucket 1 is new.
+        for r in dist_util.run(without_model):
+            self.assertEqual(r["rebuilds"], 1)
+            self.assertEqual(len(r["steps"]), 6)
+            self.assertEqual(set(r["steps"].values()), {2}, r["steps"])
+            self.assertEqual({name.split(".")[0] for name in r["steps"]}, {"bucket0", "bucket1"})
 
     def test_a_bad_level_is_refused_naming_the_argument(self):
         self.assertEqual(dist_util.run(refusal, dict(compressor="topk", low=1.5)),

@@ -312,8 +312,8 @@ public:
                                 const std::vector<at::Tensor>& grads) {
     TORCH_CHECK(names.size() == grads.size(), "bellows_torch: ", names.size(), " names for ", grads.size(),
                 " gradients");
-    if (!key.empty()) {
-      std::vector<std::vector<std::int64_t>> sizes;
+    if (const auto it = groups_.find(key); !key.empty() && (it == groups_.end() || !it->second.holds(names, grads))) {
+      std::vector<std::vector<std::int64_t>> sizes;  // a bucket's first step, or a rebuilt bucket: not every step
       for (const at::Tensor& g : grads) sizes.push_back(g.sizes().vec());
       prepare(key, names, sizes);
     }
@@ -434,6 +434,14 @@ private:
     std::vector<std::vector<std::int64_t>> sizes;  ///< by layer id
     std::map<std::string, std::uint32_t> ids;      ///< name -> layer id
     std::vector<at::Tensor> work;                  ///< float32 copies of bf16 / fp16 gradients, made on first use
+
+    /// Whether the group is of exactly these parameters, in this order, of these gradients' shapes.
+    [[nodiscard]] bool holds(const std::vector<std::string>& of, const std::vector<at::Tensor>& grads) const {
+      if (of != names) return false;
+      for (std::size_t id = 0; id < grads.size(); ++id)
+        if (!grads[id].sizes().equals(sizes[id])) return false;
+      return true;
+    }
   };
 
   [[nodiscard]] group& model() {
