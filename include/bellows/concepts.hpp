@@ -37,6 +37,10 @@ class checkpoint_reader;
 ///     Implement it by gathering the sizes first, then the bytes (MPI_Allgather + MPI_Allgatherv).
 ///  4. Every rank calls the same operations in the same order; a failure on one rank must make the
 ///     others fail too (throw), never hang.
+///  5. Optionally `c.allgather_slots(std::span<const std::byte> mine, std::span<std::byte> slots,
+///     slot)`, as DeviceCollective's below but in the collective's own memory: for blocks of one
+///     size on every rank, in one call where allgather may take two. sync/bucket_exchange.hpp
+///     uses it where it exists (bellows_torch's process-group adapter offers it).
 /// Minimal model: archetypes::collective below (one rank).
 template <class C>
 concept Collective = requires(C& c, const C& cc, std::span<float> values, std::span<const std::byte> mine,

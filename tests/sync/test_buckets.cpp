@@ -6,7 +6,8 @@
 // levels in one bucket; non-finite gradients in a bucket and alone, skipped by the compressors'
 // own flags or by the synchronizer's vote. A step makes one call per bucket, round and operation.
 // Bad buckets are refused before anything changes, and checkpoints record the buckets. A layer
-// with a stream key of its own draws as it would alone.
+// with a stream key of its own draws as it would alone. A collective with allgather_slots gets a
+// bucket's payloads in one call, with the same bits.
 #include <bellows/collectives/counting.hpp>
 #include <bellows/collectives/local.hpp>
 #include <bellows/compressors/identity.hpp>
@@ -20,6 +21,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
@@ -230,6 +232,64 @@ void check_buckets(const C& critical, const C& normal) {
     }
 }
 
+/// The local collective with allgather_slots on the host (as bellows_torch's process-group adapter
+/// has it), so that a bucket's payloads are gathered into one array of slots.
+struct slotted {
+  local* inner;
+  bellows::gather_buffer scratch;
+  std::size_t slot_calls = 0;
+  [[nodiscard]] std::size_t rank() const { return inner->rank(); }
+  [[nodiscard]] std::size_t size() const { return inner->size(); }
+  void allreduce_sum(std::span<float> v) { inner->allreduce_sum(v); }
+  void allgather(std::span<const std::byte> mine, bellows::gather_buffer& out) { inner->allgather(mine, out); }
+  void allgather_slots(std::span<const std::byte> mine, std::span<std::byte> slots, std::size_t slot) {
+    ++slot_calls;
+    inner->allgather(mine, scratch);
+    for (std::size_t r = 0; r < size(); ++r) std::ranges::copy(scratch.block(r), slots.begin() + r * slot);
+  }
+};
+
+/// Outputs of `steps` steps in the own buckets over `coll`.
+template <class C, class Coll>
+std::vector<std::vector<float>> own_bucket_outputs(const C& critical, const C& normal, Coll& coll) {
+  bellows::synchronizer sync(critical, normal, striped{false, {}, {}});
+  for (std::size_t id = 0; id < layer_count; ++id) sync.add_layer("layer" + std::to_string(id), shapes[id]);
+  sync.set_bucket_bytes(budget);
+  std::vector<std::vector<float>> out;
+  for (std::size_t step = 0; step < steps; ++step) {
+    std::vector<std::vector<float>> g;
+    for (std::size_t id = 0; id < layer_count; ++id) g.push_back(gradient(id, coll.rank(), coll.size(), step));
+    std::vector<std::span<float>> views(g.begin(), g.end());
+    (void)sync.step(views, coll);
+    for (auto& x : g) out.push_back(std::move(x));
+  }
+  return out;
+}
+
+/// A collective with allgather_slots gives the same outputs as one without, in one slot call per
+/// bucket with payloads.
+template <class C>
+void check_slotted(const C& critical, const C& normal) {
+  constexpr std::size_t ranks = 3;
+  std::vector<std::vector<std::vector<float>>> plain(ranks), slots(ranks);
+  std::vector<std::size_t> calls(ranks);
+  local_group group(ranks);
+  group.run([&](local& comm) {
+    plain[comm.rank()] = own_bucket_outputs(critical, normal, comm);
+    slotted s{&comm, {}, 0};
+    slots[comm.rank()] = own_bucket_outputs(critical, normal, s);
+    calls[comm.rank()] = s.slot_calls;
+  });
+  for (std::size_t rank = 0; rank < ranks; ++rank) {
+    CAPTURE(rank);
+    CHECK(calls[rank] > 0);
+    bool same_outputs = plain[rank].size() == slots[rank].size();
+    for (std::size_t i = 0; same_outputs && i < plain[rank].size(); ++i)
+      same_outputs = same_bits(plain[rank][i], slots[rank][i]);
+    CHECK(same_outputs);
+  }
+}
+
 /// Layers registered with stream keys of their own, handed over in caller buckets, give what
 /// one-layer synchronizers give whose compressors are seeded seed + key (the layer then id 0), bit
 /// for bit; without the keys they give other numbers (where the draw shows in the output:
@@ -295,6 +355,12 @@ void check_keyed(Make make, bool draws_show = true) {
 }
 
 }  // namespace
+
+TEST_CASE("buckets: a collective with allgather_slots gathers each bucket's payloads in one call, same bits") {
+  check_slotted(bellows::qsgd<>({.bits = 8, .bucket = 64}), bellows::qsgd<>({.bits = 2, .bucket = 64}));
+  check_slotted(bellows::topk<>({.ratio = 0.3}), bellows::topk<>({.ratio = 0.05}));
+  check_slotted(bellows::signsgd<>({.bucket = 0}), bellows::signsgd<>({.bucket = 16}));
+}
 
 TEST_CASE("buckets: a layer's own stream key draws as a one-layer synchronizer seeded seed + key") {
   check_keyed([](std::uint64_t seed) { return bellows::powersgd<>({.rank = 2, .seed = seed}); });

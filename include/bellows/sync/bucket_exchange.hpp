@@ -9,9 +9,10 @@
 // allgather part in the round's block (this rank's payloads). The call of round r is one
 // allreduce_sum of the summed buffer and one allgather of the block, each made only when some
 // layer needs it; every rank makes the same calls, since rounds(state, ranks) is the same on
-// every rank. Gathered copies land in device memory through allgather_slots on a backend that
-// runs on a stream, and in a gather_buffer on the host, whose blocks of one size lie a block
-// apart. A finite payload shorter than its part (top-k's approximate count) travels at its part's
+// every rank. So the blocks are of one size on every rank: where the collective has
+// allgather_slots (a DeviceCollective, and host collectives that offer it: one call where
+// allgather may make two), the copies land a block apart in an array of the backend's memory;
+// otherwise in a gather_buffer on the host, whose blocks of one size lie a block apart too. A finite payload shorter than its part (top-k's approximate count) travels at its part's
 // length; the traffic reported per layer is the compressor's own, as its reduce reports it.
 //
 // A bucket of one layer is that layer's reduce: the same bits, and it reads a verdict after a
@@ -134,7 +135,6 @@ public:
 
 private:
   static constexpr std::size_t max_rounds = exchange_rounds::capacity;
-  static constexpr bool on_stream = requires(const Exec& e) { e.stream(); };
 
   /// Where one layer's part of one round lies: in the summed buffer or the block, at `at` floats.
   struct place {
@@ -168,7 +168,6 @@ private:
     for (std::size_t r = 0; r < most; ++r) {
       grow(sums_[r], summed_[r]);
       grow(sends_[r], block_[r]);
-      if constexpr (on_stream) grow(copies_[r], block_[r] * ranks);
     }
     return most;
   }
@@ -196,12 +195,9 @@ private:
 
   /// Every rank's block of round r, in rank order (after exchange(r)).
   std::span<float> gathered(std::size_t r) {
-    if constexpr (on_stream) {
-      return copies_[r].span();
-    } else {
-      auto* first = reinterpret_cast<float*>(received_[r].block(0).data());
-      return {first, block_[r] * received_[r].blocks()};
-    }
+    if (slotted_) return copies_[r].span();
+    auto* first = reinterpret_cast<float*>(received_[r].block(0).data());
+    return {first, block_[r] * received_[r].blocks()};
   }
 
   /// Round r's calls: one allreduce_sum of its summed parts, one allgather of its block.
@@ -210,11 +206,15 @@ private:
     if (summed_[r] != 0) coll.allreduce_sum(sums_[r].span().first(summed_[r]));
     if (block_[r] == 0) return;
     const std::span<const std::byte> mine = std::as_bytes(sends_[r].span().first(block_[r]));
-    if constexpr (on_stream)
+    constexpr bool slots = requires(std::span<std::byte> out) { coll.allgather_slots(mine, out, mine.size()); };
+    slotted_ = slots;
+    if constexpr (slots) {
+      grow(copies_[r], block_[r] * coll.size());  // allocates while buckets grow
       coll.allgather_slots(mine, std::as_writable_bytes(copies_[r].span()).first(mine.size() * coll.size()),
                            mine.size());
-    else
+    } else {
       coll.allgather(mine, received_[r]);
+    }
   }
 
   Exec* exec_;
@@ -222,8 +222,9 @@ private:
   std::vector<round_part> parts_;
   std::size_t summed_[max_rounds]{}, block_[max_rounds]{};  // floats per round, padded parts included
   float_array_for<Exec> sums_[max_rounds], sends_[max_rounds];
-  float_array_for<Exec> copies_[max_rounds];  // on a stream: every rank's block
-  gather_buffer received_[max_rounds];        // on the host: every rank's block
+  float_array_for<Exec> copies_[max_rounds];  // every rank's block, by allgather_slots
+  gather_buffer received_[max_rounds];        // every rank's block, by allgather
+  bool slotted_ = false;                      // whether the last exchange used allgather_slots
 };
 
 }  // namespace bellows

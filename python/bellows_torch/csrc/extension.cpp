@@ -41,8 +41,8 @@ namespace py = pybind11;
 
 /// A c10d process group as a bellows Collective. Every call waits for its work (the hook's
 /// asynchrony is one worker thread above this, see State in __init__.py). allgather gathers the
-/// block sizes first, then blocks padded to the largest: two process-group calls. calls() counts
-/// them all.
+/// block sizes first, then blocks padded to the largest: two process-group calls; allgather_slots,
+/// for blocks of one size (a bucket's payloads), one. calls() counts them all.
 class process_group_collective {
 public:
   explicit process_group_collective(c10::intrusive_ptr<c10d::ProcessGroup> group) : group_(std::move(group)) {}
@@ -80,6 +80,24 @@ public:
     group_->allgather(blocks, block)->wait();
     for (std::size_t r = 0; r < w; ++r)
       if (sizes_[r] != 0) std::memcpy(out.block(r).data(), blocks[0][r].data_ptr(), sizes_[r]);
+  }
+
+  /// Blocks of one size (a bucket's payloads): one allgather, straight into `slots`, rank r's
+  /// block at byte r * slot. `mine` shorter than a slot goes padded with zeros.
+  void allgather_slots(std::span<const std::byte> mine, std::span<std::byte> slots, std::size_t slot) {
+    const std::size_t w = size();
+    BELLOWS_EXPECTS(mine.size() <= slot && slots.size() >= w * slot, "bellows_torch: allgather_slots of ", mine.size(),
+                    " bytes into ", slots.size(), " bytes of ", w, " slots of ", slot);
+    if (slot == 0) return;
+    const auto bytes = static_cast<std::int64_t>(slot);
+    at::Tensor in =
+        at::from_blob(const_cast<std::byte*>(mine.data()), {static_cast<std::int64_t>(mine.size())}, at::kByte);
+    if (mine.size() < slot) in = at::constant_pad_nd(in, {0, bytes - in.numel()}, 0);
+    std::vector<at::Tensor> ins{in};
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (std::size_t r = 0; r < w; ++r) outs[0].push_back(at::from_blob(slots.data() + r * slot, {bytes}, at::kByte));
+    ++calls_;
+    group_->allgather(outs, ins)->wait();
   }
 
   [[nodiscard]] std::uint64_t calls() const noexcept { return calls_; }
