@@ -206,7 +206,9 @@ private:
     if (summed_[r] != 0) coll.allreduce_sum(sums_[r].span().first(summed_[r]));
     if (block_[r] == 0) return;
     const std::span<const std::byte> mine = std::as_bytes(sends_[r].span().first(block_[r]));
-    constexpr bool slots = requires(std::span<std::byte> out) { coll.allgather_slots(mine, out, mine.size()); };
+    constexpr bool slots = requires(Coll & c, std::span<std::byte> out, std::size_t slot) {
+      c.allgather_slots(std::span<const std::byte>(), out, slot);
+    };
     slotted_ = slots;
     if constexpr (slots) {
       grow(copies_[r], block_[r] * coll.size());  // allocates while buckets grow
