@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <numeric>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -398,18 +399,16 @@ train_result train_worker(const dataset& data, const train_options& options, std
   }
   std::vector<std::span<float>> grads;
   for (std::size_t id = 0; id < model.layers().size(); ++id) grads.push_back(model.gradient(id));
-  // The buckets, bucket b tensors [bounds[b], bounds[b + 1]), with their ids and gradients.
+  // The buckets: bucket b is tensors [bounds[b], bounds[b + 1]), its ids and gradients slices of
+  // `ids` and `grads`.
   const std::vector<std::uint32_t> bounds = bellows::plan_buckets(model.layers(), options.bucket_bytes);
-  std::vector<std::vector<std::uint32_t>> bucket_ids;
-  std::vector<std::vector<std::span<float>>> bucket_grads;
-  for (std::size_t b = 0; b + 1 < bounds.size(); ++b) {
-    bucket_ids.emplace_back();
-    bucket_grads.emplace_back();
-    for (std::uint32_t id = bounds[b]; id < bounds[b + 1]; ++id) {
-      bucket_ids.back().push_back(id);
-      bucket_grads.back().push_back(grads[id]);
-    }
-  }
+  std::vector<std::uint32_t> ids(grads.size());
+  std::iota(ids.begin(), ids.end(), 0u);
+  const auto bucket = [&](std::size_t b) {
+    const std::size_t first = bounds[b], count = bounds[b + 1] - first;
+    return std::pair{std::span<const std::uint32_t>(ids).subspan(first, count),
+                     std::span<const std::span<float>>(grads).subspan(first, count)};
+  };
   std::vector<float> x(batch * image_size);
   std::vector<std::uint8_t> labels(batch);
   std::vector<std::uint32_t> order(train_count), test_items(batch);
@@ -432,11 +431,13 @@ train_result train_worker(const dataset& data, const train_options& options, std
       const auto take = [&ok](std::span<const bellows::step_status> statuses) {
         for (const bellows::step_status s : statuses) ok = ok && s == bellows::step_status::ok;
       };
-      if constexpr (requires { averaging.step_bucket(bucket_ids[0], bucket_grads[0], comm); }) {
-        std::size_t next = bucket_ids.size();  // the buckets not yet handed over are [0, next)
+      if constexpr (requires { averaging.step_bucket(bucket(0).first, bucket(0).second, comm); }) {
+        std::size_t next = bounds.size() - 1;  // the buckets not yet handed over are [0, next)
         train_loss += static_cast<double>(model.train_batch(x, labels, [&](std::size_t ready) {
-          for (; next > 0 && bounds[next - 1] >= ready; --next)
-            take(averaging.step_bucket(bucket_ids[next - 1], bucket_grads[next - 1], comm));
+          for (; next > 0 && bounds[next - 1] >= ready; --next) {
+            const auto [bucket_ids, bucket_grads] = bucket(next - 1);
+            take(averaging.step_bucket(bucket_ids, bucket_grads, comm));
+          }
         }));
       } else {
         train_loss += static_cast<double>(model.train_batch(x, labels));

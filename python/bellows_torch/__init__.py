@@ -166,7 +166,7 @@ class State:
             raise ValueError("bellows_torch: the bucket holds a parameter that is not one of the State's "
                              "model's (was State(model=...) given the module DDP wraps?)") from None
 
-    def group(self, bucket):
+    def _group(self, bucket):
         """The synchronizer a bucket goes to: the model's (""), or without a model the bucket's own."""
         return "" if self._names is not None else f"bucket{bucket.index()}"
 
@@ -194,7 +194,7 @@ class State:
     def submit(self, bucket):
         """Averages a bucket (in the worker with overlap, else now); returns its future."""
         fut = torch.futures.Future()
-        job = (self.group(bucket), self.names(bucket), bucket.buffer(), bucket.gradients(), fut)
+        job = (self._group(bucket), self.names(bucket), bucket.buffer(), bucket.gradients(), fut)
         if not self.overlap:
             self._average(*job)
             return fut
@@ -238,7 +238,7 @@ class State:
         """Makes the synchronizer of a bucket as the hook would, without a step (so that query()
         shows the initial query); with a model it was made with the State."""
         if self._names is None:
-            self._state.prepare(self.group(bucket), self.names(bucket), [list(g.shape) for g in bucket.gradients()])
+            self._state.prepare(self._group(bucket), self.names(bucket), [list(g.shape) for g in bucket.gradients()])
 
     def query(self, name):
         """PowerSGD's query of one parameter, as a (rank, m) tensor (row j: column j of Q)."""

@@ -12,8 +12,9 @@
 // every rank. So the blocks are of one size on every rank: where the collective has
 // allgather_slots (a DeviceCollective, and host collectives that offer it: one call where
 // allgather may make two), the copies land a block apart in an array of the backend's memory;
-// otherwise in a gather_buffer on the host, whose blocks of one size lie a block apart too. A finite payload shorter than its part (top-k's approximate count) travels at its part's
-// length; the traffic reported per layer is the compressor's own, as its reduce reports it.
+// otherwise in a gather_buffer on the host, whose blocks of one size lie a block apart too. A
+// finite payload shorter than its part (top-k's approximate count) travels at its part's length;
+// the traffic reported per layer is the compressor's own, as its reduce reports it.
 //
 // A bucket of one layer is that layer's reduce: the same bits, and it reads a verdict after a
 // round that saves the next (identity's data, PowerSGD's Q), where the phases, which read no
