@@ -135,17 +135,22 @@ concept Compressor = Collective<Coll> &&
 /// (round_part, core/traffic.hpp), from a multiple of part_alignment for PowerSGD and of 8 bytes
 /// for an allgather's payload. An allreduce_sum round sums the part in place; an allgather round
 /// gathers the part (begin's) into every rank's copy, `stride` floats apart (finish's part is
-/// rank 0's copy). No phase reads a verdict on the host, except that the device's finish of an
-/// allgather round waits for its payloads' verdicts (one wait per layer, as reduce's).
+/// rank 0's copy). No phase waits for the executor or reads a verdict on the host before the
+/// caller's synchronize(): the device copies its verdicts into pinned host memory, and its
+/// kernels read them on the device (a step of many layers and buckets waits once).
 ///  1. `c.begin(state, grad, parts, rank, ranks)`: what this rank hands to round 0, written into
 ///     part 0 from grad (and the error memory).
 ///  2. `c.next(state, grad, round, parts)`, for round 1, 2, ...: once the parts before hold
 ///     their sums over the ranks, writes part `round`. It may change the parts before it.
 ///  3. `c.finish(state, grad, parts, rank, ranks)`: once every part holds its sums or its
 ///     gathered copies, grad becomes the average and the next memory is written, unless some
-///     rank's input was not finite (then neither is touched); a malformed gathered payload raises
-///     bellows::wire_error before anything changes, which ends the step (no conclude).
-///  4. `c.conclude(state)` -> reduce_result: after the executor's synchronize(): the step's
+///     rank's input was not finite (then neither is touched) or a gathered payload is malformed
+///     (the CPU raises bellows::wire_error here, before anything of the layer changes, which
+///     ends the step: no conclude).
+///  4. Optional, `c.verify(state)`: after the executor's synchronize(), raises the
+///     bellows::wire_error of a malformed gathered payload the device found (nothing of the
+///     layer changed); a caller verifies every layer it waited for before it concludes any.
+///  5. `c.conclude(state)` -> reduce_result: after the executor's synchronize(): the step's
 ///     status and traffic, as reduce returns them; when ok, the step is committed (the memory and
 ///     the query take their next values, the counter advances).
 /// reduce makes the same calls, or their pieces, on the state's own buffers. Models: every

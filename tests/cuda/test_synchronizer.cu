@@ -433,8 +433,8 @@ auto static_sync(const Params& p) {
 
 }  // namespace
 
-TEST_CASE("cuda synchronizer: a step in one bucket waits for the stream once, plus once per layer averaged from "
-          "gathered payloads; a check epoch's vote and the norms once more each") {
+TEST_CASE("cuda synchronizer: a step in one bucket waits for the stream once, whatever its compressor and the "
+          "norms; a check epoch's vote once more") {
   using V = std::vector<std::uint64_t>;
   const std::size_t one = std::size_t{25} << 20, alone = 0;
   const V w1(ranks(), 1), w2(ranks(), 2), w3(ranks(), 3), w4(ranks(), 4), w5(ranks(), 5);
@@ -445,13 +445,20 @@ TEST_CASE("cuda synchronizer: a step in one bucket waits for the stream once, pl
   CHECK(step_waits(static_sync<bellows::powersgd>(ps), alone) == w5);
   CHECK(step_waits(static_sync<bellows::identity>(bellows::identity_params{}), one) == w1);
   CHECK(step_waits(static_sync<bellows::identity>(bellows::identity_params{}), alone) == w3);
-  // allgather rounds: each layer's finish reads its payloads' verdicts
+  // allgather rounds: the verdicts and counts come back with the bucket's wait (a layer per
+  // bucket: each reduce's one)
   const bellows::qsgd_params q{.bits = 8, .bucket = 64};
-  CHECK(step_waits(static_sync<bellows::qsgd>(q), one) == w4);
+  CHECK(step_waits(static_sync<bellows::qsgd>(q), one) == w1);
   CHECK(step_waits(static_sync<bellows::qsgd>(q), alone) == w3);
-  CHECK(step_waits(static_sync<bellows::topk>(topk_low), one) == w4);
-  // the norms, read back once per step
-  CHECK(step_waits(static_sync<bellows::powersgd>(ps), one, true) == w2);
+  CHECK(step_waits(static_sync<bellows::topk>(topk_low), one) == w1);
+  CHECK(step_waits(static_sync<bellows::topk>(topk_low), alone) == w3);
+  CHECK(step_waits(static_sync<bellows::signsgd>(bellows::signsgd_params{}), one) == w1);
+  const bellows::randk_params per_rank{.ratio = 0.25, .mode = bellows::randk_mode::per_rank};
+  CHECK(step_waits(static_sync<bellows::randk>(per_rank), one) == w1);
+  // the norms come back with the step's last wait (a layer per bucket: one more)
+  CHECK(step_waits(static_sync<bellows::powersgd>(ps), one, true) == w1);
+  CHECK(step_waits(static_sync<bellows::qsgd>(q), one, true) == w1);
+  CHECK(step_waits(static_sync<bellows::qsgd>(q), alone, true) == w4);
   // a check epoch of Accordion: the bucket's vote, read back before the exchange
   const auto accordion_sync = [&](bellows::cuda::executor& exec) {
     using D = bellows::basic_accordion<bellows::cuda::executor>;
@@ -514,6 +521,31 @@ TEST_CASE("cuda synchronizer: a corrupted payload raises the CPU validation's wi
     return bellows::test::raises<bellows::wire_error>([&] { (void)sync.step(grads.spans(), lossy); },
                                                       "rank " + std::to_string(victim)) &&
            sync.steps() == 0;
+  });
+}
+
+TEST_CASE("cuda synchronizer: a corrupted payload in a bucket of EF-signSGD layers changes no state, though the "
+          "layers after it are averaged before the wait" *
+          doctest::skip(bellows::test::no_device())) {
+  const scenario sc;
+  const std::size_t victim = ranks() - 1;
+  bellows::test::check_every_rank([&](std::size_t rank, bellows::collectives::nccl& coll) {
+    bellows::cuda::executor exec(coll.stream());
+    using C = bellows::signsgd<bellows::cuda::executor>;
+    const bellows::signsgd_params p{};  // a memory, staged in the averaging pass
+    bellows::synchronizer<C, bellows::static_policy, bellows::cuda::executor> sync(
+        C(p, exec), C(p, exec), bellows::static_policy(regime::critical), exec);
+    register_layers(sync, sc);
+    device_grads grads(sc);
+    for (std::size_t l = 0; l < sc.shapes.size(); ++l) grads.set(l, sc.gradient(0, 0, rank, l));
+    bool ok = sync.step(grads.spans(), coll)[0] == bellows::step_status::ok;
+    const std::vector<std::byte> before = sync.checkpoint(coll);
+    for (std::size_t l = 0; l < sc.shapes.size(); ++l) grads.set(l, sc.gradient(0, 1, rank, l));
+    // the header of the victim's payload of layer 0 (the bucket's first) names another codec
+    bellows::test::corrupting lossy{coll, victim, 4, 0xFF, 1};
+    ok &= bellows::test::raises<bellows::wire_error>([&] { (void)sync.step(grads.spans(), lossy); },
+                                                     "rank " + std::to_string(victim));
+    return ok && sync.steps() == 1 && sync.checkpoint(coll) == before;
   });
 }
 

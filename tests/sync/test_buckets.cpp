@@ -16,6 +16,7 @@
 #include <bellows/compressors/randk.hpp>
 #include <bellows/compressors/signsgd.hpp>
 #include <bellows/compressors/topk.hpp>
+#include <bellows/core/checkpoint.hpp>
 #include <bellows/regime/static_policy.hpp>
 #include <bellows/sync/synchronizer.hpp>
 
@@ -401,6 +402,71 @@ TEST_CASE("buckets: rand-k, shared and per rank, equals each layer's reduce") {
   check_buckets(bellows::randk<>({.ratio = 0.5}), bellows::randk<>({.ratio = 0.2}));
   check_buckets(bellows::randk<>({.ratio = 0.5, .mode = bellows::randk_mode::per_rank}),
                 bellows::randk<>({.ratio = 0.2, .mode = bellows::randk_mode::per_rank}));
+}
+
+/// The local collective that writes `value` at byte `offset` of rank `victim`'s gathered block.
+struct corrupting {
+  local* inner;
+  std::size_t victim, offset;
+  std::byte value;
+  [[nodiscard]] std::size_t rank() const { return inner->rank(); }
+  [[nodiscard]] std::size_t size() const { return inner->size(); }
+  void allreduce_sum(std::span<float> v) { inner->allreduce_sum(v); }
+  void allgather(std::span<const std::byte> mine, bellows::gather_buffer& out) {
+    inner->allgather(mine, out);
+    out.block(victim)[offset] = value;
+  }
+};
+
+TEST_CASE("buckets: a malformed payload raises on every rank, naming its layer and rank, and changes no layer's "
+          "state, the memories of the layers averaged before it included") {
+  const bellows::shape layer_shapes[] = {bellows::shape{40, 3}, bellows::shape{17}, bellows::shape{9, 5}};
+  for (const bool qsgd : {false, true}) {
+    CAPTURE(qsgd);
+    local_group group(3);
+    std::atomic<std::size_t> right{0};
+    group.run([&](local& comm) {
+      const auto check = [&]<class C>(C c) {
+        std::vector<typename C::state> states;
+        for (std::uint32_t id = 0; id < std::size(layer_shapes); ++id)
+          states.push_back(c.make_state({id, "layer" + std::to_string(id), layer_shapes[id]}));
+        bellows::bucket_exchange<bellows::cpu::executor> exchange(bellows::cpu::executor::shared());
+        std::vector<bellows::reduce_result> results(states.size());
+        std::vector<std::vector<float>> g;
+        const auto input = [&](std::size_t s, std::size_t l) {
+          return bellows::testing::normal_floats(layer_shapes[l].size(), 101 * s + 7 * comm.rank() + l);
+        };
+        const auto step = [&](std::size_t s, auto& coll) {
+          g.clear();
+          std::vector<bellows::bucket_layer<C>> bucket;
+          for (std::size_t l = 0; l < states.size(); ++l) g.push_back(input(s, l));
+          for (std::size_t l = 0; l < states.size(); ++l) bucket.push_back({&c, &states[l], g[l]});
+          exchange.run(std::span<const bellows::bucket_layer<C>>(bucket), std::span(results), coll);
+        };
+        const auto saved = [&] {
+          bellows::checkpoint_writer w;
+          for (const auto& st : states) c.save(st, w);
+          return std::vector<std::byte>(w.bytes().begin(), w.bytes().end());
+        };
+        step(0, comm);
+        const std::vector<std::byte> before = saved();
+        corrupting lossy{&comm, 2, 4, std::byte{0xFF}};  // the version of rank 2's payload of layer 0
+        bool raised = false;
+        try {
+          step(1, lossy);
+        } catch (const bellows::wire_error& e) {
+          raised = std::string(e.what()).find("layer 'layer0': the payload of rank 2") != std::string::npos;
+        }
+        // some layer was averaged before the error (the sweep of finish runs from the last layer)
+        const bool some_averaged = g[1] != input(1, 1) || g[2] != input(1, 2);
+        return raised && some_averaged && saved() == before;
+      };
+      const bool ok = qsgd ? check(bellows::qsgd<>({.bits = 4, .bucket = 16, .feedback = bellows::feedback::residual}))
+                           : check(bellows::signsgd<>(bellows::signsgd_params{}));
+      if (ok) ++right;
+    });
+    CHECK(right == 3);
+  }
 }
 
 TEST_CASE("buckets: the own buckets follow the budget from the last layer back, fixed at the first step") {

@@ -106,7 +106,7 @@ public:
   }
   /// The status and traffic; the staged memory becomes current when every rank was finite.
   reduce_result conclude(state& st) {
-    if (st.by_allgather_) return base::conclude(st, st.gathered_);
+    if (st.by_allgather_) return base::conclude(st, this->gathered(st));
     const std::size_t k = st.plan_.k;
     const reduce_result r{st.reported_[0].sum != 0.0f ? step_status::non_finite : step_status::ok,
                           {(k + 1) * sizeof(float), k + 1, k}};

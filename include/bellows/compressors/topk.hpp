@@ -108,7 +108,7 @@ public:
   }
   /// The status and traffic; the staged memory becomes current when every rank was finite.
   reduce_result conclude(state& st) {
-    if (st.by_allgather_) return base::conclude(st, st.gathered_);
+    if (st.by_allgather_) return base::conclude(st, this->gathered(st));
     const auto& got = st.reported_[0];
     const std::size_t n = st.layer.size();
     const reduce_result r{got.sum != 0.0f ? step_status::non_finite : step_status::ok,

@@ -37,6 +37,12 @@ public:
   /// Element by element (host memory can be compared in place).
   friend bool operator==(const float_array&, const float_array&) = default;
 
+  /// Copies the values into `to` (size() of them), as the device's send does without a wait.
+  template <class Host>
+  void send(executor& /*exec*/, Host& to) const {
+    for (std::size_t i = 0; i < values_.size(); ++i) to[i] = values_[i];
+  }
+
   /// Copies `from` (host memory, as many elements) in.
   void assign(executor& /*exec*/, std::span<const float> from) {
     BELLOWS_EXPECTS(from.size() == values_.size(), "float_array: ", from.size(), " values for ", values_.size(),

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bellows/core/error.hpp"
 #include "bellows/core/gather_buffer.hpp"
 #include "bellows/core/shape.hpp"
 #include "bellows/core/traffic.hpp"
@@ -55,6 +56,17 @@ public:
     return std::as_writable_bytes(std::span(mine_)).first(bytes_);
   }
   [[nodiscard]] unsigned* non_finite() noexcept { return &flag_; }
+
+  /// What check_payloads found (set_status), read as the device's slots are read after a wait:
+  /// may_average() whether every payload was good and finite, status(...) the step's status
+  /// (a malformed payload raised in check_payloads already).
+  void set_status(step_status s) noexcept { status_ = s; }
+  [[nodiscard]] bool may_average() const noexcept { return status_ == step_status::ok; }
+  template <class Check>
+  [[nodiscard]] step_status status(executor& /*exec*/, std::string_view /*who*/, const layer_info& /*layer*/,
+                                   Check&& /*check*/) const noexcept {
+    return status_;
+  }
   /// The step's allgather of this rank's payload.
   template <class Coll>
   void gather(Coll& coll, std::size_t rank) {
@@ -95,6 +107,7 @@ private:
   std::vector<std::uint64_t> mine_;  // 8-byte aligned
   std::size_t bytes_ = 0;
   unsigned flag_ = 0;
+  step_status status_ = step_status::ok;
   gather_buffer gathered_;
   const std::byte* view_ = nullptr;  // a caller's gathered payloads, when not null
   std::size_t view_stride_ = 0, view_ranks_ = 0, view_bytes_ = 0;
@@ -112,16 +125,22 @@ inline void finish_payload(executor& /*exec*/, std::span<std::byte> payload, con
   std::memset(payload.data() + pad, 0, shape.bytes - pad);
 }
 
-/// The status of every gathered payload by `check(payload)`, the codec's host validation (which
-/// raises wire_error for a malformed one), in rank order: non_finite when any sender flagged its
-/// input, else ok.
+/// Every gathered payload validated by `check(payload)`, the codec's host validation, in rank
+/// order; the slots keep the status: non_finite when any sender flagged its input, else ok. A
+/// malformed payload raises the validation's wire_error, naming `who`, the layer and the rank,
+/// as the device's slots do.
 template <class Parts, class Shape, class Check>
-[[nodiscard]] step_status check_payloads(executor& /*exec*/, const payload_slots<Parts>& slots,
-                                         std::string_view /*who*/, const layer_info& /*layer*/, const Shape& /*shape*/,
-                                         Check&& check) {
+void check_payloads(executor& /*exec*/, payload_slots<Parts>& slots, std::string_view who, const layer_info& layer,
+                    const Shape& /*shape*/, Check&& check) {
   bool flagged = false;
-  for (std::size_t r = 0; r < slots.ranks(); ++r) flagged |= check(slots.block(r)) == step_status::non_finite;
-  return flagged ? step_status::non_finite : step_status::ok;
+  for (std::size_t r = 0; r < slots.ranks(); ++r) {
+    try {
+      flagged |= check(slots.block(r)) == step_status::non_finite;
+    } catch (const wire_error& e) {
+      fail<wire_error>(who, ": layer '", layer.name, "': the payload of rank ", r, ": ", e.what());
+    }
+  }
+  slots.set_status(flagged ? step_status::non_finite : step_status::ok);
 }
 
 /// The status of one payload in host memory: `check(payload)`, the codec's host validation.

@@ -411,17 +411,21 @@ inline void average_dequantize(executor& exec, std::span<const code_arrays> part
   });
 }
 
-/// The average of a step of gathered payloads, validated, and the memory's update: out = the
-/// average_dequantize of every rank's payload, then, when `e` is not empty, e = m - this rank's
-/// decoded payload (m, the compensated gradient, apart from `out`).
-inline void average_payloads(executor& exec, payload_slots<code_arrays>& slots, const code_layout& layout,
-                             const scaled_payload& shape, std::size_t rank, std::span<float> out,
-                             std::span<const float> m, std::span<float> e) {
-  const std::span<const code_arrays> parts = slots.parts(shape);
-  average_dequantize(exec, parts, layout, out);
-  if (e.empty()) return;
-  unpack_dequantize(exec, parts[rank].scales, parts[rank].codes, layout, e, false);
+/// The next error memory of a step, written as soon as this rank's payload is: e = m - the
+/// decoded `payload` (m, the compensated gradient, still in cache; `e` apart from it).
+inline void stage_memory(executor& exec, std::span<const std::byte> payload, const code_layout& layout,
+                         const scaled_payload& shape, std::span<const float> m, std::span<float> e) {
+  const code_arrays own = payload_slots<code_arrays>::scaled_parts(payload, shape);
+  unpack_dequantize(exec, own.scales, own.codes, layout, e, false);
   subtract(exec, e, m, e);
+}
+
+/// The average of a step of gathered payloads, validated: out = the average_dequantize of every
+/// rank's payload. The memory was staged already (stage_memory): rank, m and e are the device's.
+inline void average_payloads(executor& exec, payload_slots<code_arrays>& slots, const code_layout& layout,
+                             const scaled_payload& shape, std::size_t /*rank*/, std::span<float> out,
+                             std::span<const float> /*m*/, std::span<float> /*e*/) {
+  average_dequantize(exec, slots.parts(shape), layout, out);
 }
 
 }  // namespace bellows::cpu

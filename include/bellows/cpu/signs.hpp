@@ -389,15 +389,19 @@ inline void sign_average(executor& exec, std::span<const sign_arrays> parts, con
   });
 }
 
-/// The average of a step of gathered payloads, validated, and the memory's update: out = the
-/// sign_average of every rank's payload, then, when `e` is not empty, the sign_residual of this
-/// rank's payload against m (the compensated gradient, apart from `out`).
+/// The next error memory of a step, written as soon as this rank's payload is: the
+/// sign_residual of `payload` against m (the compensated gradient, still in cache).
+inline void stage_memory(executor& exec, std::span<const std::byte> payload, const sign_layout& l,
+                         const scaled_payload& shape, std::span<const float> m, std::span<float> e) {
+  sign_residual(exec, payload_slots<sign_arrays>::scaled_parts(payload, shape), l, m, e);
+}
+
+/// The average of a step of gathered payloads, validated: out = the sign_average of every rank's
+/// payload. The memory was staged already (stage_memory): rank, m and e are the device's.
 inline void average_payloads(executor& exec, payload_slots<sign_arrays>& slots, const sign_layout& l,
-                             const scaled_payload& shape, std::size_t rank, std::span<float> out,
-                             std::span<const float> m, std::span<float> e) {
-  const std::span<const sign_arrays> parts = slots.parts(shape);
-  sign_average(exec, parts, l, out);
-  if (!e.empty()) sign_residual(exec, parts[rank], l, m, e);
+                             const scaled_payload& shape, std::size_t /*rank*/, std::span<float> out,
+                             std::span<const float> /*m*/, std::span<float> /*e*/) {
+  sign_average(exec, slots.parts(shape), l, out);
 }
 
 }  // namespace bellows::cpu

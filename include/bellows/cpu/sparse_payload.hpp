@@ -40,6 +40,10 @@ public:
   }
   /// Rank r's count as gathered (0 for a flagged payload).
   [[nodiscard]] std::size_t count(std::size_t r) const { return header(block(r)).count; }
+  /// Keeps rank r's count for kept(), read now: a caller's gathered payloads (view) may be
+  /// reused before the step concludes.
+  void keep_count(std::size_t r) { kept_ = count(r); }
+  [[nodiscard]] std::size_t kept() const noexcept { return kept_; }
 
   /// Every rank's entries, read from validated payloads with Index-wide indices, and the cursors
   /// scatter_average needs for n elements (no allocation once the slots have held as many ranks).
@@ -72,6 +76,7 @@ private:
   }
   std::vector<sparse_view<std::uint64_t>> wide_;
   std::vector<std::size_t> cursors_;
+  std::size_t kept_ = 0;
 };
 
 /// Sizes a layer's workspace for the plan of its selection or its draw.

@@ -67,6 +67,15 @@ public:
     return {staging.data(), size()};
   }
 
+  /// Enqueues the copy of the values into `to` (pinned host memory of size() values, a
+  /// host_values<float>), complete once the executor's synchronize() returns: no wait here.
+  template <class Host>
+  void send(executor& exec, Host& to) const {
+    if (size() != 0)
+      BELLOWS_CUDA_CHECK(
+          cudaMemcpyAsync(&to[0], values_.data(), size() * sizeof(float), cudaMemcpyDeviceToHost, exec.stream()));
+  }
+
   /// Copies `from` (host memory, as many elements) in; complete on return.
   void assign(executor& exec, std::span<const float> from) {
     BELLOWS_EXPECTS(from.size() == size(), "float_array: ", from.size(), " values for ", size(), " elements");

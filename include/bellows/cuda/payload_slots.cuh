@@ -3,8 +3,10 @@
 // allgather (QSGD, EF-signSGD, top-k, rand-k per rank) keep the payloads of a step: one slot per
 // rank, exchanged in place by a DeviceCollective's allgather_slots, and the
 // words their kernels report in: this rank's non-finite flag, then one verdict per rank on its
-// payload and the worst of them, then (for payloads of a variable count) each rank's count. The
-// verdicts and counts are the one thing a step copies back and waits for.
+// payload and the worst of them, then (for payloads of a variable count) each rank's count, then
+// the gate the averaging kernels read (0.0f when every payload is good and finite). The checks
+// copy the verdicts and counts into pinned host memory without a wait; they are read after the
+// caller's next wait for the stream (a bucket's, a step's), so a step's layers share one wait.
 // The same words for a call on one payload (a PayloadCodec's encode, validate or decode_add on
 // device memory) come from the executor's workspace (payload_words), and a payload the device
 // refuses is checked again on a host copy (with_host_copy, validate_device_payload), by the
@@ -29,6 +31,7 @@
 #include "bellows/cuda/buffer.cuh"
 #include "bellows/cuda/check.cuh"
 #include "bellows/cuda/executor.cuh"
+#include "bellows/cuda/float_array.cuh"
 #include "bellows/plan/payload_slots.hpp"
 
 namespace bellows::cuda {
@@ -88,7 +91,8 @@ public:
   };
 
   /// Makes room for `ranks` payloads of at most `bytes` each (allocating only the first time, or
-  /// to grow) and zeroes the flag, the verdicts and the counts; enqueued on the executor's stream.
+  /// to grow) and zeroes the flag, the verdicts, the counts and the gate; enqueued on the
+  /// executor's stream.
   void prepare(executor& exec, std::size_t ranks, std::size_t bytes) {
     const cudaStream_t stream = exec.stream();
     ranks_ = ranks;
@@ -97,9 +101,12 @@ public:
     slots_.fit(ranks * slot_, stream);
     base_ = slots_.data();
     room_ = slot_;
-    flags_.fit(2 * ranks + 2, stream);
-    verdicts_.resize(2 * ranks + 1);
-    BELLOWS_CUDA_CHECK(cudaMemsetAsync(flags_.data(), 0, (2 * ranks + 2) * sizeof(unsigned), stream));
+    flags_.fit(2 * ranks + 3, stream);
+    if (verdicts_.size() < 2 * ranks + 1) {
+      exec.synchronize();  // a copy enqueued before may still fill the old ones
+      verdicts_ = host_values<unsigned>(exec, 2 * ranks + 1);
+    }
+    BELLOWS_CUDA_CHECK(cudaMemsetAsync(flags_.data(), 0, (2 * ranks + 3) * sizeof(unsigned), stream));
   }
 
   /// The payloads a caller gathered (device memory), in place of the slots' own, after a
@@ -133,19 +140,40 @@ public:
   /// ranks() words for the validation kernels of payloads of a variable count: rank r's count.
   [[nodiscard]] std::uint32_t* counts() const noexcept { return flags_.data() + ranks_ + 2; }
 
-  /// Copies the verdicts and the counts back and waits for the executor's stream.
-  void read_verdicts(executor& exec) {
-    BELLOWS_CUDA_CHECK(cudaMemcpyAsync(verdicts_.data(), verdicts(), verdicts_.size() * sizeof(unsigned),
+  /// The gate the averaging kernels read: 0.0f when every payload is good and finite, set to
+  /// 1.0f by the validation kernels otherwise.
+  [[nodiscard]] float* gate() const noexcept { return reinterpret_cast<float*>(flags_.data() + 2 * ranks_ + 2); }
+  /// Whether the host may enqueue the average: always, since its kernels read gate() on the
+  /// device (the CPU's slots answer from their checks).
+  [[nodiscard]] static constexpr bool may_average() noexcept { return true; }
+
+  /// After a validation kernel: enqueues the copy of the verdicts and the counts into pinned
+  /// host memory, complete after the next wait for the executor's stream.
+  void send_verdicts(executor& exec) {
+    BELLOWS_CUDA_CHECK(cudaMemcpyAsync(&verdicts_[0], verdicts(), (2 * ranks_ + 1) * sizeof(unsigned),
                                        cudaMemcpyDeviceToHost, exec.stream()));
-    exec.synchronize();
   }
-  /// After read_verdicts: rank r's verdict, and the worst of all.
+  /// After send_verdicts and a wait for the stream: rank r's verdict, and the worst of all.
   [[nodiscard]] unsigned verdict(std::size_t r) const noexcept { return verdicts_[r]; }
   [[nodiscard]] unsigned worst() const noexcept { return verdicts_[ranks_]; }
-  /// After read_verdicts: rank r's count, where a validation kernel wrote it.
+  /// After send_verdicts and a wait: rank r's count, where a validation kernel wrote it.
   [[nodiscard]] std::size_t count(std::size_t r) const noexcept { return verdicts_[ranks_ + 1 + r]; }
+  /// The count of rank r for kept(), after the next wait (the copy of the counts).
+  void keep_count(std::size_t r) noexcept { kept_rank_ = r; }
+  [[nodiscard]] std::size_t kept() const noexcept { return count(kept_rank_); }
+  /// Rank r's count in device memory, where a validation kernel writes it.
+  [[nodiscard]] const std::uint32_t* device_count(std::size_t r) const noexcept { return counts() + r; }
 
-  /// After read_verdicts found a malformed payload: copies the first one back and raises the
+  /// After send_verdicts and a wait for the stream: the step's status, non_finite when any
+  /// payload was flagged. A malformed one raises the wire_error `check(bytes)` (the CPU's
+  /// validation) raises for it (report_malformed).
+  template <class Check>
+  [[nodiscard]] step_status status(executor& exec, std::string_view who, const layer_info& layer, Check&& check) const {
+    if ((worst() & payload_malformed) != 0) report_malformed(exec, who, layer, std::forward<Check>(check));
+    return worst() != 0 ? step_status::non_finite : step_status::ok;
+  }
+
+  /// After a wait found a malformed payload: copies the first one back and raises the
   /// wire_error that `check(bytes)` (the CPU's validation) raises for it, naming the layer and
   /// the rank. The bytes are as many as its header claims, within the slot (a caller's payload's
   /// room), as a transport that carries sizes would have delivered them. Should the CPU accept
@@ -175,8 +203,8 @@ private:
   device_buffer<std::byte> slots_;
   std::byte* base_ = nullptr;  ///< rank 0's slot: slots_, or a caller's gathered payloads
   device_buffer<unsigned> flags_;
-  std::vector<unsigned> verdicts_;
-  std::size_t ranks_ = 0, slot_ = 0, bytes_ = 0, room_ = 0;
+  host_values<unsigned> verdicts_;  // pinned: the copy of the verdicts and counts
+  std::size_t ranks_ = 0, slot_ = 0, bytes_ = 0, room_ = 0, kept_rank_ = 0;
 };
 
 /// The status of one payload in device memory, as the CPU's validation gives it.

@@ -39,10 +39,11 @@ __global__ void finish_payload_kernel(std::byte* payload, wire::header h, const 
 /// Validates `ranks` payloads, slot r holding rank r's, against the header `want` as the codec's
 /// format check does on the host: header fields, the padding after the codes, the unused bits of
 /// the last code byte and, unless flagged non-finite, every scale finite and >= 0. Item j of a rank
-/// is its scale j, item `want.count` its header. OR-s into verdict[r] and verdict[ranks].
+/// is its scale j, item `want.count` its header. OR-s into verdict[r] and verdict[ranks], and
+/// sets *gate to 1.0f (when not null) for any finding.
 __global__ void check_payloads_kernel(const std::byte* slots, std::size_t slot, std::size_t ranks, wire::header want,
                                       std::size_t codes_at, std::size_t code_bytes, unsigned used_bits,
-                                      unsigned* verdict) {
+                                      unsigned* verdict, float* gate) {
   const std::size_t items = want.count + 1;
   for (std::size_t t = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; t < ranks * items;
        t += std::size_t{gridDim.x} * blockDim.x) {
@@ -66,17 +67,19 @@ __global__ void check_payloads_kernel(const std::byte* slots, std::size_t slot, 
     if (bad != 0) {
       atomicOr(&verdict[r], bad);
       atomicOr(&verdict[ranks], bad);
+      if (gate != nullptr) *gate = 1.0f;
     }
   }
 }
 
 /// out[i] = (the sum over ranks, in rank order from 0.0f, of the decoded element i) / ranks, and,
 /// when e is not null, e[i] = m[i] - this rank's decoded element i. decode(scales, codes, i) is
-/// element i of one payload.
+/// element i of one payload. Nothing when *gate is not 0.
 template <class Decode>
 __global__ void average_payloads_kernel(const std::byte* slots, std::size_t slot, std::size_t ranks, std::size_t rank,
                                         std::size_t n, Decode decode, std::size_t codes_at, float* out, const float* m,
-                                        float* e) {
+                                        float* e, const float* gate) {
+  if (*gate != 0.0f) return;
   const auto w = static_cast<float>(ranks);
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
@@ -95,10 +98,10 @@ __global__ void average_payloads_kernel(const std::byte* slots, std::size_t slot
 
 /// Launches the validation of `ranks` payloads of `shape` laid `slot` bytes apart.
 inline void check_scaled(executor& exec, const std::byte* slots, std::size_t slot, std::size_t ranks,
-                         const scaled_payload& shape, unsigned* verdicts) {
+                         const scaled_payload& shape, unsigned* verdicts, float* gate) {
   const unsigned blocks = std::min(blocks_for(ranks * (shape.header.count + 1), 256), 4096u);
   launch(&check_payloads_kernel, blocks, 256u, exec.stream(), slots, slot, ranks, shape.header, shape.codes_at,
-         shape.code_bytes, shape.used_bits, verdicts);
+         shape.code_bytes, shape.used_bits, verdicts, gate);
 }
 
 }  // namespace bellows::cuda::detail
@@ -113,17 +116,14 @@ inline void finish_payload(executor& exec, std::span<std::byte> payload, const s
                  shape.codes_at + shape.code_bytes, shape.bytes);
 }
 
-/// The status of every gathered payload of `shape`: validated on the device, the verdicts copied
-/// back (the step's one wait). A malformed payload raises the wire_error `check(bytes)` (the
-/// CPU's validation) raises for it, naming the layer and the rank; any flagged one gives
-/// non_finite.
+/// Every gathered payload of `shape` validated on the device, the gate set and the verdicts sent
+/// back (payload_slots::send_verdicts); enqueued, no wait. slots.status() gives the result
+/// after the caller's next wait; `check`, the CPU's validation, is for the CPU's slots.
 template <class Check>
-[[nodiscard]] step_status check_payloads(executor& exec, payload_slots& slots, std::string_view who,
-                                         const layer_info& layer, const scaled_payload& shape, Check&& check) {
-  detail::check_scaled(exec, slots.all().data(), slots.slot(), slots.ranks(), shape, slots.verdicts());
-  slots.read_verdicts(exec);
-  if ((slots.worst() & payload_malformed) != 0) slots.report_malformed(exec, who, layer, std::forward<Check>(check));
-  return slots.worst() != 0 ? step_status::non_finite : step_status::ok;
+void check_payloads(executor& exec, payload_slots& slots, std::string_view /*who*/, const layer_info& /*layer*/,
+                    const scaled_payload& shape, Check&& /*check*/) {
+  detail::check_scaled(exec, slots.all().data(), slots.slot(), slots.ranks(), shape, slots.verdicts(), slots.gate());
+  slots.send_verdicts(exec);
 }
 
 /// The status of one payload of `shape` in device memory, as `check` (the CPU's validation)
@@ -135,20 +135,29 @@ template <class Check>
   return validate_device_payload(
       who, layer, exec, payload, shape.bytes, shape.bytes,
       [&](const payload_words& words) {
-        detail::check_scaled(exec, payload.data(), shape.bytes, 1, shape, words.verdicts);
+        detail::check_scaled(exec, payload.data(), shape.bytes, 1, shape, words.verdicts, nullptr);
       },
       [&](std::span<const std::byte> host) { return check(host); });
 }
 
+/// The next error memory is not written when this rank's payload is, as on the CPU: the
+/// averaging pass writes it (average_scaled), reading m once for both.
+template <class Layout>
+void stage_memory(executor& /*exec*/, std::span<const std::byte> /*payload*/, const Layout& /*layout*/,
+                  const scaled_payload& /*shape*/, std::span<const float> /*m*/, std::span<float> /*e*/) noexcept {}
+
 /// The average of a step's validated payloads into `out`, and, when `e` is not empty, e = m -
-/// this rank's decoded payload, in one pass; `decode` is the codec's decoder. Enqueued.
+/// this rank's decoded payload, in one pass; `decode` is the codec's decoder. Enqueued after
+/// check_payloads, it writes nothing unless every payload proved good and finite (the slots'
+/// gate, read on the device).
 template <class Decode>
 void average_scaled(executor& exec, const payload_slots& slots, const scaled_payload& shape, std::size_t rank,
                     Decode decode, std::span<float> out, std::span<const float> m, std::span<float> e) {
   if (out.empty()) return;
   detail::launch(&detail::average_payloads_kernel<Decode>, detail::stride_blocks(out.size()),
                  detail::elementwise_threads, exec.stream(), slots.all().data(), slots.slot(), slots.ranks(), rank,
-                 out.size(), decode, shape.codes_at, out.data(), m.data(), e.empty() ? nullptr : e.data());
+                 out.size(), decode, shape.codes_at, out.data(), m.data(), e.empty() ? nullptr : e.data(),
+                 slots.gate());
 }
 
 }  // namespace bellows::cuda

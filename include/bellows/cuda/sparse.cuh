@@ -49,10 +49,11 @@ __global__ void finish_sparse_payload_kernel(std::byte* payload, wire::header h,
 /// detail::read_sparse does for least to most entries: the header (or the empty flagged one),
 /// every index below n and above the one before it, every value finite. Item j < most of a
 /// rank is its entry j (when the header's count reaches it), item `most` its header, whose count
-/// goes to count[r] (0 when flagged or out of range). OR-s into verdict[r] and verdict[ranks].
+/// goes to count[r] (0 when flagged or out of range). OR-s into verdict[r] and verdict[ranks],
+/// and sets *gate to 1.0f (when not null) for any finding.
 __global__ void check_sparse_payloads_kernel(const std::byte* slots, std::size_t slot, std::size_t ranks,
                                              wire::header want, std::size_t least, std::size_t most, unsigned* verdict,
-                                             std::uint32_t* count) {
+                                             std::uint32_t* count, float* gate) {
   const std::size_t items = most + 1;
   for (std::size_t t = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; t < ranks * items;
        t += std::size_t{gridDim.x} * blockDim.x) {
@@ -80,6 +81,7 @@ __global__ void check_sparse_payloads_kernel(const std::byte* slots, std::size_t
     if (bad != 0) {
       atomicOr(&verdict[r], bad);
       atomicOr(&verdict[ranks], bad);
+      if (gate != nullptr) *gate = 1.0f;
     }
   }
 }
@@ -105,6 +107,27 @@ void scatter(executor& exec, std::span<float> out, std::span<const Index> index,
   const unsigned blocks = std::min(blocks_for(index.size(), scatter_threads), 4096u);
   launch(&scatter_kernel<Index>, blocks, scatter_threads, exec.stream(), out.data(), index.data(), value.data(),
          index.size(), used, add, skip);
+}
+
+/// acc[index[j]] += value[j] for the entries j < *count of a payload body of 32-bit indices at
+/// `body` (the indices, then the values); none when *skip is not 0.
+__global__ void scatter_payload_kernel(float* acc, const std::byte* body, std::size_t most, const std::uint32_t* count,
+                                       const float* skip) {
+  if (*skip != 0.0f) return;
+  const std::size_t k = min(most, std::size_t{*count});
+  const auto* index = reinterpret_cast<const std::uint32_t*>(body);
+  const auto* value = reinterpret_cast<const float*>(body + 4 * k);
+  for (std::size_t j = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; j < k;
+       j += std::size_t{gridDim.x} * blockDim.x)
+    acc[index[j]] = __fadd_rn(acc[index[j]], value[j]);
+}
+
+/// scatter_payload_kernel over up to `most` entries; enqueued.
+inline void scatter_payload(executor& exec, std::span<float> acc, const std::byte* body, std::size_t most,
+                            const std::uint32_t* count, const float* skip) {
+  if (most == 0) return;
+  const unsigned blocks = std::min(blocks_for(most, scatter_threads), 4096u);
+  launch(&scatter_payload_kernel, blocks, scatter_threads, exec.stream(), acc.data(), body, most, count, skip);
 }
 
 }  // namespace detail

@@ -41,10 +41,10 @@ namespace detail {
 /// Launches the validation of `ranks` sparse payloads of `shape` laid `slot` bytes apart.
 inline void check_sparse(executor& exec, const std::byte* slots, std::size_t slot, std::size_t ranks,
                          const sparse_payload& shape, std::size_t least, std::size_t most, unsigned* verdicts,
-                         std::uint32_t* counts) {
+                         std::uint32_t* counts, float* gate) {
   const unsigned blocks = std::min(blocks_for(ranks * (most + 1), 256), 4096u);
   launch(&check_sparse_payloads_kernel, blocks, 256u, exec.stream(), slots, slot, ranks, shape.header, least, most,
-         verdicts, counts);
+         verdicts, counts, gate);
 }
 
 }  // namespace detail
@@ -103,16 +103,15 @@ inline void finish_payload(executor& exec, std::span<std::byte> payload, const s
                  words.non_finite, words.count);
 }
 
-/// The status of every gathered sparse payload of `shape`, as the scaled payloads' check_payloads
-/// gives it (one launch, the verdicts and each rank's count copied back: the step's one wait).
+/// Every gathered sparse payload of `shape` validated on the device, each rank's count written,
+/// the gate set and the verdicts and counts sent back, as the scaled payloads' check_payloads
+/// does; enqueued, no wait.
 template <class Check>
-[[nodiscard]] step_status check_payloads(executor& exec, payload_slots& slots, std::string_view who,
-                                         const layer_info& layer, const sparse_payload& shape, Check&& check) {
+void check_payloads(executor& exec, payload_slots& slots, std::string_view /*who*/, const layer_info& /*layer*/,
+                    const sparse_payload& shape, Check&& /*check*/) {
   detail::check_sparse(exec, slots.all().data(), slots.slot(), slots.ranks(), shape, shape.least, shape.most,
-                       slots.verdicts(), slots.counts());
-  slots.read_verdicts(exec);
-  if ((slots.worst() & payload_malformed) != 0) slots.report_malformed(exec, who, layer, std::forward<Check>(check));
-  return slots.worst() != 0 ? step_status::non_finite : step_status::ok;
+                       slots.verdicts(), slots.counts(), slots.gate());
+  slots.send_verdicts(exec);
 }
 
 /// The status of one sparse payload of `shape` in device memory, as `check` (the CPU's
@@ -127,21 +126,22 @@ template <class Check>
   return validate_device_payload(
       who, layer, exec, payload, sparse_payload_bytes(shape.header.n, count), wire::header_bytes,
       [&](const payload_words& words) {
-        detail::check_sparse(exec, payload.data(), payload.size(), 1, shape, count, count, words.verdicts, words.count);
+        detail::check_sparse(exec, payload.data(), payload.size(), 1, shape, count, count, words.verdicts, words.count,
+                             nullptr);
       },
       [&](std::span<const std::byte> host) { return check(host); });
 }
 
-/// After check_payloads found every gathered payload good and finite: out zeroed, every rank's
-/// entries added in rank order, the sums divided by W (the CPU's scatter_average); enqueued.
-inline void average_payloads(executor& exec, const payload_slots& slots, const sparse_payload& /*shape*/,
+/// After check_payloads: out zeroed, every rank's entries (as many as its count in device
+/// memory) added in rank order, the sums divided by W (the CPU's scatter_average); enqueued,
+/// and nothing written unless every payload proved good and finite (the slots' gate).
+inline void average_payloads(executor& exec, const payload_slots& slots, const sparse_payload& shape,
                              std::span<float> out) {
-  fill(exec, out, 0.0f);
-  for (std::size_t q = 0; q < slots.ranks(); ++q) {
-    const auto [index, value] = payload_entries<std::uint32_t>(slots.of(q) + wire::header_bytes, slots.count(q));
-    scatter_add(exec, out, std::span<const std::uint32_t>(index), std::span<const float>(value));
-  }
-  if (slots.ranks() != 1) divide(exec, out, static_cast<float>(slots.ranks()));
+  fill(exec, out, 0.0f, slots.gate());
+  for (std::size_t q = 0; q < slots.ranks(); ++q)
+    detail::scatter_payload(exec, out, slots.of(q) + wire::header_bytes, shape.most, slots.device_count(q),
+                            slots.gate());
+  if (slots.ranks() != 1) divide(exec, out, out, static_cast<float>(slots.ranks()), slots.gate());
 }
 
 }  // namespace bellows::cuda

@@ -4,8 +4,9 @@
 // float_array_for<cpu::executor> is cpu::float_array (cpu/float_array.hpp), host memory;
 // float_array_for<cuda::executor> is cuda::float_array (cuda/float_array.cuh), device memory.
 // Both have the same members: a zeroed array of n elements made with the executor, span() over
-// it (in the backend's memory), size(), host(exec, staging) to read it and assign(exec, values)
-// to write it from the host.
+// it (in the backend's memory), size(), host(exec, staging) to read it (on the device a wait),
+// send(exec, to) to copy it into host_values (below) without a wait, and assign(exec, values) to
+// write it from the host.
 //
 // host_values_for<Exec, T> is where a backend's copy_word delivers words of type T to the host
 // without waiting for anything: cpu::host_values<T> (plain memory) and cuda::host_values<T>

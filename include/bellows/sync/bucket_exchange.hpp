@@ -18,7 +18,9 @@
 //
 // A bucket of one layer is that layer's reduce: the same bits, and it reads a verdict after a
 // round that saves the next (identity's data, PowerSGD's Q), where the phases, which read no
-// verdict, make every round for every layer.
+// verdict, make every round for every layer. No phase waits for the executor: a bucket's
+// verdicts and counts (the device copies them into pinned host memory) are read after the one
+// wait of run(), or of a caller's settle for all the buckets it started.
 //
 // Buffers grow to the largest bucket seen and are reused: a steady loop allocates nothing here.
 #pragma once
@@ -84,18 +86,19 @@ public:
   /// in the same order): results[i] is what reduce would return for bucket[i]. One allreduce_sum
   /// and one allgather at most per round; then one synchronize() of the executor for the whole
   /// bucket. A malformed gathered payload raises bellows::wire_error naming its layer; then no
-  /// layer of the bucket is committed (their states are as before the step), and the gradients
-  /// of the layers finished before it hold their averages.
+  /// layer of the bucket is concluded (their states are as before the step), and the gradients
+  /// of the layers finished hold their averages (on the device every other layer's; see verify).
   template <PhasedCompressor C, CollectiveFor<Exec> Coll>
   void run(std::span<const bucket_layer<C>> bucket, std::span<reduce_result> results, Coll& coll) {
     if (!start(bucket, results, coll)) return;
     exec_->synchronize();  // the bucket's one wait
+    verify(bucket);
     conclude(bucket, results);
   }
 
   /// run() up to its wait, for a caller that exchanges several buckets and waits once for all of
   /// them: a bucket of two or more layers runs its phases up to finish, and returns true (then
-  /// after the executor's synchronize(), conclude() gives the results); a bucket of one layer
+  /// after the executor's synchronize(), verify() and conclude() give the results); a bucket of one layer
   /// runs its reduce, writes results[0] and returns false. The next bucket may start at once.
   template <PhasedCompressor C, CollectiveFor<Exec> Coll>
   bool start(std::span<const bucket_layer<C>> bucket, std::span<reduce_result> results, Coll& coll) {
@@ -128,7 +131,16 @@ public:
   }
 
   /// After start() returned true for `bucket` and the executor's synchronize(): each layer's
-  /// conclude (its status and traffic; the commit of a finite step).
+  /// verify, which raises the wire_error of a malformed payload the device found (the CPU's
+  /// finish raised it already). A caller that waited once for several buckets verifies them all
+  /// before it concludes any.
+  template <PhasedCompressor C>
+  void verify(std::span<const bucket_layer<C>> bucket) {
+    if constexpr (requires(const C& c, const typename C::state& st) { c.verify(st); })
+      for (const bucket_layer<C>& l : bucket) l.compressor->verify(*l.state);
+  }
+
+  /// After verify: each layer's conclude (its status and traffic; the commit of a finite step).
   template <PhasedCompressor C>
   void conclude(std::span<const bucket_layer<C>> bucket, std::span<reduce_result> results) {
     for (std::size_t l = 0; l < bucket.size(); ++l) results[l] = bucket[l].compressor->conclude(*bucket[l].state);

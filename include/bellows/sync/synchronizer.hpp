@@ -492,6 +492,7 @@ private:
     if (flags_.size() != layers_.size()) {  // the first step
       flags_ = float_array_for<Exec>(*exec_, layers_.size());
       norms_ = float_array_for<Exec>(*exec_, layers_.size());
+      norms_back_ = host_values_for<Exec, float>(*exec_, layers_.size());
     }
     const bool observe = observing_any();
     std::span<const float> flagged;
@@ -532,12 +533,19 @@ private:
   /// needs it), every layer's conclude, the statuses and telemetry; ends the step once every
   /// layer has been handed over.
   void settle() {
-    if (!started_.empty()) {
-      exec_->synchronize();  // the one wait for all the buckets started
-      if constexpr (PhasedCompressor<C>)
+    const bool ends_step = handed_ + settling_.size() == layers_.size();
+    if (ends_step && measure_norms_) norms_.send(*exec_, norms_back_);  // read after the wait below
+    if (!started_.empty() || (ends_step && measure_norms_)) {
+      exec_->synchronize();  // the one wait for all the buckets started, and the norms'
+
+      if constexpr (PhasedCompressor<C>) {
+        const auto layers = [&](std::size_t first, std::size_t end) {
+          return std::span<const bucket_layer<C>>(bucket_).subspan(first, end - first);
+        };
+        for (const auto& [first, end] : started_) exchange_.verify(layers(first, end));  // all before any conclude
         for (const auto& [first, end] : started_)
-          exchange_.conclude(std::span<const bucket_layer<C>>(bucket_).subspan(first, end - first),
-                             std::span<reduce_result>(results_).subspan(first, end - first));
+          exchange_.conclude(layers(first, end), std::span<reduce_result>(results_).subspan(first, end - first));
+      }
     }
     for (std::size_t i = 0; i < in_bucket_.size(); ++i) {
       statuses_[in_bucket_[i]] = results_[i].status;
@@ -555,8 +563,9 @@ private:
     if (handed_ == layers_.size()) end_step();
   }
 
-  /// After a failure in step: no layer of it was concluded, so the step is undone as a whole
-  /// (the gradients of the buckets that ran hold their averages; no state changed).
+  /// After a failure in step: no layer of it was concluded (no counter advanced, no staged
+  /// memory or query became current), so the step is undone as a whole (the gradients of the
+  /// buckets that ran hold their averages; no state changed).
   void abandon_step() {
     clear_started();
     std::ranges::fill(handed_over_, 0);
@@ -610,11 +619,9 @@ private:
 
   /// After the last bucket of a step: the norms measured, the counters.
   void end_step() {
-    if (measure_norms_) {
-      const std::span<const float> norms = norms_.host(*exec_, norms_host_);
+    if (measure_norms_)  // sent back before settle's wait
       for (std::size_t id = 0; id < layers_.size(); ++id)
-        if (handed_over_[id] != voted_out) telemetry_[id].grad_norm = norms[id];
-    }
+        if (handed_over_[id] != voted_out) telemetry_[id].grad_norm = norms_back_[id];
     std::ranges::fill(handed_over_, 0);
     handed_ = 0;
     ++steps_;
@@ -703,8 +710,9 @@ private:
   std::vector<std::uint32_t> settling_;
   std::vector<step_status> settled_;
 
-  float_array_for<Exec> flags_, norms_;         // one per layer: the finiteness vote, the measured norms
-  std::vector<float> flags_host_, norms_host_;  // their host copies (used on the device)
+  float_array_for<Exec> flags_, norms_;      // one per layer: the finiteness vote, the measured norms
+  std::vector<float> flags_host_;            // the vote's host copy (used on the device)
+  host_values_for<Exec, float> norms_back_;  // the norms' (pinned on the device)
   static constexpr std::uint64_t offset_basis = 0xCBF29CE484222325ULL;  // FNV-1a's
   std::uint64_t hash_ = offset_basis;
   std::uint64_t steps_ = 0, epoch_ = 0;

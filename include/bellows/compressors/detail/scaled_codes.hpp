@@ -7,15 +7,20 @@
 // One step:
 //   m = g + e (with a memory) -> the codec's encoding kernel writes the scales and packed bytes
 //   into this rank's payload storage, setting a flag word for input that is not finite ->
-//   finish_payload writes the header (flagged) and the padding -> one allgather -> every rank's
-//   payload validated (check_payloads: on the device one kernel, the verdicts copied back, the
-//   step's one wait; a malformed payload raises the CPU validation's wire_error) -> when all are
-//   good and finite: average_payloads writes the average into g and e = m - this rank's decoded
-//   payload (one pass on the device, the CPU's kernels in turn), and the counter advances. A
-//   flagged payload leaves g, e and the counter as they were.
+//   finish_payload writes the header (flagged) and the padding -> the next memory e' = m - this
+//   rank's decoded payload, staged (stage_memory: the CPU writes it here, while m is in cache;
+//   the device in its averaging pass below) -> one allgather -> every rank's payload validated
+//   (check_payloads: on the CPU in turn, a malformed payload raising the validation's
+//   wire_error; on the device one kernel whose verdicts gate the average there and are copied
+//   back without a wait) -> when all are good and finite: average_payloads writes the average
+//   into g (and on the device e') -> after the wait for the stream, conclude reads the status (on
+//   the device a malformed payload raises the CPU validation's wire_error there), and when it is
+//   ok the staged memory becomes current and the counter advances. A flagged or malformed
+//   payload leaves g, e and the counter as they were.
 //
 // Run as phases (concepts.hpp, PhasedCompressor), begin encodes into the caller's part, the
-// caller gathers, and finish validates and averages the caller's copies (the slots' view).
+// caller gathers, finish validates and averages the caller's copies (the slots' view), and
+// verify and conclude read the verdicts after the caller's wait.
 //
 // Derived (qsgd<Exec>, signsgd<Exec>) brings its name, its format (compressors/detail/*_format.hpp:
 // layout, shape, header checks) and, as private members its base may call:
@@ -61,11 +66,11 @@ public:
   struct state {
     layer_info layer;
     std::uint64_t step = 0;
-    layer_memory<Exec> memory;              ///< e, zero at first (no values without a memory)
-    array compensated;                      ///< m = g + e (empty without a memory)
-    mutable array workspace;                ///< the encoder's scratch (EF-signSGD's chunk sums of long buckets)
-    slots_type slots;                       ///< this step's payloads (reduce's), and the words of their checks
-    step_status verdict = step_status::ok;  ///< what the payloads' checks found, for conclude
+    layer_memory<Exec> memory;  ///< e, zero at first (no values without a memory)
+    layer_memory<Exec> staged;  ///< e' of the step under way, current once it concludes ok
+    array compensated;          ///< m = g + e (empty without a memory)
+    mutable array workspace;    ///< the encoder's scratch (EF-signSGD's chunk sums of long buckets)
+    slots_type slots;           ///< this step's payloads (reduce's), and the words of their checks
   };
 
   [[nodiscard]] const params_type& params() const noexcept { return format_.params(); }
@@ -83,6 +88,7 @@ public:
     state st;
     st.layer = layer;
     st.memory = layer_memory<Exec>(*exec_, params().feedback, n);
+    st.staged = layer_memory<Exec>(*exec_, params().feedback, n);
     st.compensated = array(*exec_, st.memory.enabled() ? n : 0);
     st.workspace = array(*exec_, derived().workspace_floats(format_.layout(n)));
     return st;
@@ -90,8 +96,7 @@ public:
 
   /// One step (a collective call; see the file's comment): the phases' pieces on the state's
   /// own payload slots. On the device the collective enqueues on the executor's stream; the step
-  /// waits for it once, for the verdicts, and the average and the memory's update are still
-  /// running when it returns.
+  /// waits for it once, for the verdicts, after the average and the memory's update.
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     check_stream(Derived::name, st.layer, coll, *exec_);
@@ -100,37 +105,51 @@ public:
     st.slots.prepare(*exec_, coll.size(), shape.bytes);
     const std::span<const float> m = compensate(st, inout);
     encode_into(st, m, st.slots.mine(rank), shape, st.slots.non_finite(), rank);
+    stage(st, st.slots.mine(rank), m);
     st.slots.gather(coll, rank);
     average_gathered(st, inout, m, rank);
+    exec_->synchronize();  // the verdicts
     return conclude(st);
   }
 
   // Phases (concepts.hpp, PhasedCompressor): one allgather round, part 0 this rank's payload.
 
-  /// m = grad + e (with a memory), and this rank's payload of m written into part 0.
+  /// m = grad + e (with a memory), this rank's payload of m written into part 0, and (on the
+  /// CPU) the next memory staged.
   void begin(state& st, std::span<const float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
     const scaled_payload shape = begin_step(st, grad.size());
     check_parts(Derived::name, st.layer, rounds(st, ranks), parts);
     st.slots.prepare(*exec_, ranks, 0);  // the words only: the payloads are the caller's
-    encode_into(st, compensate(st, grad), std::as_writable_bytes(parts[0].values), shape, st.slots.non_finite(), rank);
+    const std::span<const float> m = compensate(st, grad);
+    const std::span<std::byte> mine = std::as_writable_bytes(parts[0].values);
+    encode_into(st, m, mine, shape, st.slots.non_finite(), rank);
+    stage(st, mine, m);
   }
   /// One round only.
   void next(state& st, std::span<const float> /*grad*/, std::size_t round, round_parts /*parts*/) {
     fail<error>(Derived::name, ": layer '", st.layer.name, "' has no round ", round);
   }
-  /// Every rank's payload validated (a malformed one raises the CPU validation's wire_error; on
-  /// the device, after a wait for the verdicts), and when all are good and finite, grad = their
-  /// average and e = m - this rank's decoded payload.
+  /// Every rank's payload validated (on the CPU a malformed one raises the validation's
+  /// wire_error; the device's verdicts are read in verify and conclude), and when all are good
+  /// and finite, grad = their average (and on the device e' = m - this rank's decoded payload).
   void finish(state& st, std::span<float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
     const std::size_t bytes = format_.shape(st.layer.size()).bytes, stride = parts[0].stride * sizeof(float);
     check_gathered(Derived::name, st.layer, stride, bytes, ranks);
     st.slots.view(reinterpret_cast<std::byte*>(parts[0].values.data()), stride, ranks, bytes);
     average_gathered(st, grad, st.memory.enabled() ? std::span<const float>(st.compensated.span()) : grad, rank);
   }
-  /// The status and traffic; the counter advances when every rank's payload was good and finite.
+  /// After the executor's synchronize(): raises the CPU validation's wire_error when the device
+  /// found a gathered payload malformed (before any layer of a bucket is concluded).
+  void verify(const state& st) const { (void)status(st); }
+  /// After the executor's synchronize(): the status and traffic; when every rank's payload was
+  /// good and finite, the staged memory becomes current and the counter advances.
   reduce_result conclude(state& st) {
-    if (st.verdict == step_status::ok) ++st.step;
-    return {st.verdict, format_.sent(st.layer.size())};
+    const step_status s = status(st);
+    if (s == step_status::ok) {
+      std::swap(st.memory, st.staged);
+      ++st.step;
+    }
+    return {s, format_.sent(st.layer.size())};
   }
 
   // PayloadCodec, on the backend's memory (device memory for the device; enqueued there).
@@ -223,15 +242,30 @@ private:
     return st.compensated.span();
   }
 
+  /// e' = m - this rank's decoded `payload` into the staged memory, where the backend writes it
+  /// now (the CPU's stage_memory; the device's averaging pass writes it instead).
+  void stage(state& st, std::span<const std::byte> payload, std::span<const float> m) const {
+    if (st.memory.enabled())
+      stage_memory(*exec_, payload, format_.layout(st.layer.size()), format_.shape(st.layer.size()), m,
+                   st.staged.values());
+  }
+
   /// Every gathered payload validated (check_payloads), then, when all are good and finite,
-  /// out = their average and e = m - this rank's decoded payload (average_payloads).
+  /// out = their average (average_payloads; the device enqueues it, gated by its verdicts, with
+  /// e' = m - this rank's decoded payload into the staged memory).
   void average_gathered(state& st, std::span<float> out, std::span<const float> m, std::size_t rank) {
     const std::size_t n = st.layer.size();
     const scaled_payload shape = format_.shape(n);
-    st.verdict = check_payloads(*exec_, st.slots, Derived::name, st.layer, shape,
-                                [&](std::span<const std::byte> payload) { return host_status(st, payload); });
-    if (st.verdict == step_status::ok)
-      average_payloads(*exec_, st.slots, format_.layout(n), shape, rank, out, m, st.memory.values());
+    check_payloads(*exec_, st.slots, Derived::name, st.layer, shape,
+                   [&](std::span<const std::byte> payload) { return host_status(st, payload); });
+    if (st.slots.may_average())
+      average_payloads(*exec_, st.slots, format_.layout(n), shape, rank, out, m, st.staged.values());
+  }
+
+  /// What the checks of the last step found (after the executor's synchronize()).
+  [[nodiscard]] step_status status(const state& st) const {
+    return st.slots.status(*exec_, Derived::name, st.layer,
+                           [&](std::span<const std::byte> payload) { return host_status(st, payload); });
   }
 
   /// The codec's arrays of `in` into `out` (a payload of `shape`), then its header and padding.

@@ -11,11 +11,13 @@
 //   count and a non-finite word, and the next memory aside (cpu/sparse_payload.hpp,
 //   cuda/sparse_payload.cuh) -> finish_payload writes the header (flagged and empty for input
 //   that is not finite) -> one allgather (the CPU sends each payload at its length, the device
-//   whole slots) -> every rank's payload validated (check_payloads: on the device one kernel,
-//   the verdicts and counts copied back, the step's one wait; a malformed payload raises the
-//   CPU validation's wire_error) -> when all are good and finite: g = the average of the
-//   scattered entries (average_payloads: zeros, each rank's entries added in rank order, the
-//   sums divided by W), and the staged memory becomes current. A flagged payload leaves g, e and
+//   whole slots) -> every rank's payload validated (check_payloads: on the CPU in turn, a
+//   malformed payload raising the validation's wire_error; on the device one kernel whose
+//   verdicts and counts gate the average there and are copied back without a wait) -> when all
+//   are good and finite: g = the average of the scattered entries (average_payloads: zeros, each
+//   rank's entries added in rank order, the sums divided by W) -> after the wait for the stream,
+//   conclude reads the status (on the device a malformed payload raises the CPU validation's
+//   wire_error there) and the staged memory becomes current. A flagged payload leaves g, e and
 //   the counter as they were.
 // Run as phases (concepts.hpp, PhasedCompressor), the selection goes into the caller's part, the
 // caller gathers, and the caller's copies are validated and averaged (the slots' view). Top-k's
@@ -197,7 +199,6 @@ public:
     slots_type slots_;                          ///< this step's payloads (or the device's scratch)
     float_array_for<Exec> dense_;               ///< top-k's dense average: n sums, then the verdict
     host_values_for<Exec, reported> reported_;  ///< copied back by the phases of an allreduce step
-    reduce_result gathered_{};                  ///< what the checks of a step averaged by allgather found, for conclude
     bool by_allgather_ = false;                 ///< the step under way is averaged by allgather
     bool pending_ = false;                      ///< a step was staged with finite input and not yet committed
   };
@@ -238,6 +239,13 @@ public:
     const wire::header h = header_back(payload);
     st.pending_ = (h.flags & wire::flag::non_finite) == 0;
     return payload.first(wire::header_bytes + h.body_bytes);
+  }
+
+  /// A phase (concepts.hpp, PhasedCompressor), after the executor's synchronize(): raises the
+  /// CPU validation's wire_error when the device found a gathered payload malformed, before any
+  /// layer of a bucket is concluded.
+  void verify(const state& st) const {
+    if (st.by_allgather_) (void)gathered(st);
   }
 
   /// The second half: the staged memory becomes current and the step counter advances.
@@ -324,9 +332,9 @@ protected:
   }
 
   /// A step averaged by allgather: this rank's payload into its slot (selected from g + e, the
-  /// next memory staged), one allgather, every payload validated (check_payloads: a malformed one
-  /// raises the CPU validation's wire_error; on the device, the step's one wait), and when all
-  /// are good and finite, out = their average (average_payloads); then conclude.
+  /// next memory staged), one allgather, every payload validated (check_payloads) and, when all
+  /// are good and finite, out = their average (average_payloads); then the wait (on the device,
+  /// the step's one) and conclude.
   template <class Coll>
   reduce_result average_by_allgather(state& st, std::span<float> inout, Coll& coll) const {
     const std::size_t rank = coll.rank();
@@ -335,7 +343,8 @@ protected:
     write(st, inout, true, st.slots_.mine(rank), rank);
     st.slots_.gather(coll, rank);
     average_gathered(st, inout, rank);
-    return conclude(st, st.gathered_);
+    exec_->synchronize();  // the verdicts and counts
+    return conclude(st, gathered(st));
   }
 
   // The phases of a step averaged by allgather: part 0 this rank's payload (after begin_phases).
@@ -355,17 +364,26 @@ protected:
     average_gathered(st, grad, rank);
   }
 
-  /// Every gathered payload validated (check_payloads: a malformed one raises the CPU
-  /// validation's wire_error; on the device, after the wait for the verdicts), and when all are
-  /// good and finite, out = their average (average_payloads); the result kept for conclude.
+  /// Every gathered payload validated (check_payloads: on the CPU a malformed one raises the
+  /// validation's wire_error; the device's verdicts are read after the wait), and when all are
+  /// good and finite, out = their average (average_payloads; the device enqueues it, gated by
+  /// its verdicts).
   void average_gathered(state& st, std::span<float> out, std::size_t rank) const {
-    const std::size_t n = st.layer.size();
     const sparse_payload shape = shape_of(st.layer);
-    const step_status status = check_payloads(*exec_, st.slots_, name, st.layer, shape,
-                                              [&](std::span<const std::byte> host) { return read(st, host).status; });
-    const std::size_t kept = st.slots_.count(rank);
-    st.gathered_ = {status, {sparse_payload_bytes(n, kept), kept, kept}};
-    if (status == step_status::ok) average_payloads(*exec_, st.slots_, shape, out);
+    check_payloads(*exec_, st.slots_, name, st.layer, shape,
+                   [&](std::span<const std::byte> host) { return read(st, host).status; });
+    st.slots_.keep_count(rank);  // this rank's traffic
+    if (st.slots_.may_average()) average_payloads(*exec_, st.slots_, shape, out);
+  }
+
+  /// After the executor's synchronize(), of a step averaged by allgather: its status (on the
+  /// device a malformed payload raises the CPU validation's wire_error here) and this rank's
+  /// traffic, its count's payload.
+  [[nodiscard]] reduce_result gathered(const state& st) const {
+    const step_status status = st.slots_.status(*exec_, name, st.layer,
+                                                [&](std::span<const std::byte> host) { return read(st, host).status; });
+    const std::size_t kept = st.slots_.kept();
+    return {status, {sparse_payload_bytes(st.layer.size(), kept), kept, kept}};
   }
 
   /// acc[index[j]] += value[j] for the `count` entries of a payload body at `body`, the values
