@@ -197,12 +197,12 @@ inline void dequantize_block(const std::uint8_t* codes, std::size_t i0, float st
 
 template <unsigned Bits, bool Add>
 void dequantize_range(std::span<const float> scales, const std::uint8_t* codes, const code_layout& layout,
-                      std::span<float> out, std::size_t b0, std::size_t b1) noexcept {
+                      std::span<float> out, std::size_t b0, std::size_t b1, bool negate = false) noexcept {
   constexpr std::uint32_t mask = (1u << Bits) - 1;
   const auto s = static_cast<float>(layout.levels());
   for (std::size_t b = b0; b < b1; ++b) {
     const std::size_t lo = b * layout.bucket, hi = std::min(layout.n, lo + layout.bucket);
-    const float step = scales[b] / s;
+    const float step = negate ? -(scales[b] / s) : scales[b] / s;
     const auto [first, last] = whole_blocks(lo, hi);
     const auto one = [&](std::size_t i) {
       const std::uint32_t c = (std::uint32_t{codes[i * Bits / 8]} >> (i * Bits % 8)) & mask;
@@ -369,17 +369,19 @@ inline void quantize_pack(executor& exec, std::span<const float> in, const code_
 }
 
 /// Decodes packed codes and their scales: out[i] = value_i, or out[i] += value_i when
-/// `accumulate`. Codes are not checked here (every b-bit pattern is a sign and a level <= s);
-/// scales must be finite and >= 0 (the codec's validation checks them).
+/// `accumulate`; with `negate`, -value_i in place of value_i (exactly: a negated step makes
+/// every product the negated one), so that accumulating gives out[i] - value_i bit for bit.
+/// Codes are not checked here (every b-bit pattern is a sign and a level <= s); scales must be
+/// finite and >= 0 (the codec's validation checks them).
 inline void unpack_dequantize(executor& exec, std::span<const float> scales, std::span<const std::uint8_t> codes,
-                              const code_layout& layout, std::span<float> out, bool accumulate) {
+                              const code_layout& layout, std::span<float> out, bool accumulate, bool negate = false) {
   bellows::detail::check_codes("unpack_dequantize", layout, out.size(), scales.size(), codes.size());
   exec.for_chunks(layout.buckets(), detail::buckets_per_task(layout.bucket), [&](std::size_t b0, std::size_t b1) {
     const auto run = [&]<unsigned Bits>() {
       if (accumulate)
-        detail::dequantize_range<Bits, true>(scales, codes.data(), layout, out, b0, b1);
+        detail::dequantize_range<Bits, true>(scales, codes.data(), layout, out, b0, b1, negate);
       else
-        detail::dequantize_range<Bits, false>(scales, codes.data(), layout, out, b0, b1);
+        detail::dequantize_range<Bits, false>(scales, codes.data(), layout, out, b0, b1, negate);
     };
     switch (layout.bits) {
       case 2: run.template operator()<2>(); break;
@@ -411,13 +413,13 @@ inline void average_dequantize(executor& exec, std::span<const code_arrays> part
   });
 }
 
-/// The next error memory of a step, written as soon as this rank's payload is: e = m - the
-/// decoded `payload` (m, the compensated gradient, still in cache; `e` apart from it).
+/// The next error memory of a step, written as soon as this rank's payload is, in place:
+/// `me` holds m (the compensated gradient, still in cache) and becomes e = m - the decoded
+/// `payload`, each value added negated (m + (-v) is m - v, bit for bit).
 inline void stage_memory(executor& exec, std::span<const std::byte> payload, const code_layout& layout,
-                         const scaled_payload& shape, std::span<const float> m, std::span<float> e) {
+                         const scaled_payload& shape, std::span<float> me) {
   const code_arrays own = payload_slots<code_arrays>::scaled_parts(payload, shape);
-  unpack_dequantize(exec, own.scales, own.codes, layout, e, false);
-  subtract(exec, e, m, e);
+  unpack_dequantize(exec, own.scales, own.codes, layout, me, true, true);
 }
 
 /// The average of a step of gathered payloads, validated: out = the average_dequantize of every

@@ -389,11 +389,12 @@ inline void sign_average(executor& exec, std::span<const sign_arrays> parts, con
   });
 }
 
-/// The next error memory of a step, written as soon as this rank's payload is: the
-/// sign_residual of `payload` against m (the compensated gradient, still in cache).
+/// The next error memory of a step, written as soon as this rank's payload is, in place: `me`
+/// holds m (the compensated gradient, still in cache) and becomes the sign_residual of `payload`
+/// against it (each element reads m before it writes e, so the two may be one array).
 inline void stage_memory(executor& exec, std::span<const std::byte> payload, const sign_layout& l,
-                         const scaled_payload& shape, std::span<const float> m, std::span<float> e) {
-  sign_residual(exec, payload_slots<sign_arrays>::scaled_parts(payload, shape), l, m, e);
+                         const scaled_payload& shape, std::span<float> me) {
+  sign_residual(exec, payload_slots<sign_arrays>::scaled_parts(payload, shape), l, me, me);
 }
 
 /// The average of a step of gathered payloads, validated: out = the sign_average of every rank's

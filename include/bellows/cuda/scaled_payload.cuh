@@ -144,10 +144,11 @@ template <class Check>
 /// averaging pass writes it (average_scaled), reading m once for both.
 template <class Layout>
 void stage_memory(executor& /*exec*/, std::span<const std::byte> /*payload*/, const Layout& /*layout*/,
-                  const scaled_payload& /*shape*/, std::span<const float> /*m*/, std::span<float> /*e*/) noexcept {}
+                  const scaled_payload& /*shape*/, std::span<float> /*me*/) noexcept {}
 
 /// The average of a step's validated payloads into `out`, and, when `e` is not empty, e = m -
-/// this rank's decoded payload, in one pass; `decode` is the codec's decoder. Enqueued after
+/// this rank's decoded payload, in one pass (e may be m itself: each element reads m before it
+/// writes e); `decode` is the codec's decoder. Enqueued after
 /// check_payloads, it writes nothing unless every payload proved good and finite (the slots'
 /// gate, read on the device).
 template <class Decode>

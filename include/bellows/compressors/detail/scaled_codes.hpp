@@ -8,8 +8,9 @@
 //   m = g + e (with a memory) -> the codec's encoding kernel writes the scales and packed bytes
 //   into this rank's payload storage, setting a flag word for input that is not finite ->
 //   finish_payload writes the header (flagged) and the padding -> the next memory e' = m - this
-//   rank's decoded payload, staged (stage_memory: the CPU writes it here, while m is in cache;
-//   the device in its averaging pass below) -> one allgather -> every rank's payload validated
+//   rank's decoded payload, staged in place of m, which lives in the staged buffer (stage_memory:
+//   the CPU writes it here, while m is in cache; the device in its averaging pass below, which
+//   reads m first) -> one allgather -> every rank's payload validated
 //   (check_payloads: on the CPU in turn, a malformed payload raising the validation's
 //   wire_error; on the device one kernel whose verdicts gate the average there and are copied
 //   back without a wait) -> when all are good and finite: average_payloads writes the average
@@ -67,8 +68,7 @@ public:
     layer_info layer;
     std::uint64_t step = 0;
     layer_memory<Exec> memory;  ///< e, zero at first (no values without a memory)
-    layer_memory<Exec> staged;  ///< e' of the step under way, current once it concludes ok
-    array compensated;          ///< m = g + e (empty without a memory)
+    layer_memory<Exec> staged;  ///< m = g + e, then e' of the step under way, current once it concludes ok
     mutable array workspace;    ///< the encoder's scratch (EF-signSGD's chunk sums of long buckets)
     slots_type slots;           ///< this step's payloads (reduce's), and the words of their checks
   };
@@ -89,7 +89,6 @@ public:
     st.layer = layer;
     st.memory = layer_memory<Exec>(*exec_, params().feedback, n);
     st.staged = layer_memory<Exec>(*exec_, params().feedback, n);
-    st.compensated = array(*exec_, st.memory.enabled() ? n : 0);
     st.workspace = array(*exec_, derived().workspace_floats(format_.layout(n)));
     return st;
   }
@@ -105,7 +104,7 @@ public:
     st.slots.prepare(*exec_, coll.size(), shape.bytes);
     const std::span<const float> m = compensate(st, inout);
     encode_into(st, m, st.slots.mine(rank), shape, st.slots.non_finite(), rank);
-    stage(st, st.slots.mine(rank), m);
+    stage(st, st.slots.mine(rank));
     st.slots.gather(coll, rank);
     average_gathered(st, inout, m, rank);
     exec_->synchronize();  // the verdicts
@@ -123,7 +122,7 @@ public:
     const std::span<const float> m = compensate(st, grad);
     const std::span<std::byte> mine = std::as_writable_bytes(parts[0].values);
     encode_into(st, m, mine, shape, st.slots.non_finite(), rank);
-    stage(st, mine, m);
+    stage(st, mine);
   }
   /// One round only.
   void next(state& st, std::span<const float> /*grad*/, std::size_t round, round_parts /*parts*/) {
@@ -136,7 +135,7 @@ public:
     const std::size_t bytes = format_.shape(st.layer.size()).bytes, stride = parts[0].stride * sizeof(float);
     check_gathered(Derived::name, st.layer, stride, bytes, ranks);
     st.slots.view(reinterpret_cast<std::byte*>(parts[0].values.data()), stride, ranks, bytes);
-    average_gathered(st, grad, st.memory.enabled() ? std::span<const float>(st.compensated.span()) : grad, rank);
+    average_gathered(st, grad, st.memory.enabled() ? std::span<const float>(st.staged.values()) : grad, rank);
   }
   /// After the executor's synchronize(): raises the CPU validation's wire_error when the device
   /// found a gathered payload malformed (before any layer of a bucket is concluded).
@@ -235,18 +234,18 @@ private:
     return format_.shape(st.layer.size());
   }
 
-  /// m = grad + e into the state's buffer, or grad itself without a memory.
+  /// m = grad + e into the staged buffer, or grad itself without a memory.
   std::span<const float> compensate(state& st, std::span<const float> grad) const {
     if (!st.memory.enabled()) return grad;
-    add(*exec_, st.compensated.span(), grad, st.memory.values());
-    return st.compensated.span();
+    add(*exec_, st.staged.values(), grad, std::as_const(st.memory).values());
+    return st.staged.values();
   }
 
-  /// e' = m - this rank's decoded `payload` into the staged memory, where the backend writes it
-  /// now (the CPU's stage_memory; the device's averaging pass writes it instead).
-  void stage(state& st, std::span<const std::byte> payload, std::span<const float> m) const {
+  /// e' = m - this rank's decoded `payload`, in place of m in the staged buffer, where the
+  /// backend writes it now (the CPU's stage_memory; the device's averaging pass writes it instead).
+  void stage(state& st, std::span<const std::byte> payload) const {
     if (st.memory.enabled())
-      stage_memory(*exec_, payload, format_.layout(st.layer.size()), format_.shape(st.layer.size()), m,
+      stage_memory(*exec_, payload, format_.layout(st.layer.size()), format_.shape(st.layer.size()),
                    st.staged.values());
   }
 
