@@ -51,6 +51,24 @@ concept Collective = requires(C& c, const C& cc, std::span<float> values, std::s
   c.allgather(mine, out);
 };
 
+/// AlltoallCollective: a Collective in which every rank also sends each rank a block of its own,
+/// in one call (docs/collectives.md): what an exchange whose traffic per rank stays flat in W
+/// needs (each rank sends each chunk's owner its part of that chunk).
+///  1. `c.alltoall(std::span<const std::byte> blocks, std::span<const std::size_t> sizes,
+///     gather_buffer& out)`: `sizes` holds size() block sizes and `blocks` the blocks back to
+///     back, block j (sizes[j] bytes) for rank j. Afterwards `out` holds size() blocks in rank
+///     order, block i being what rank i sent to this rank. Blocks may be empty and of any size,
+///     different from rank to rank.
+///  2. As every operation (Collective 4): every rank calls it in the same order, and a failure
+///     on one rank makes the others throw. A call whose sizes do not fit its blocks raises
+///     bellows::error before anything is sent (check_alltoall_blocks, core/gather_buffer.hpp).
+/// Models: collectives::local, collectives::mpi, collectives::counting over one of them.
+template <class C>
+concept AlltoallCollective = Collective<C> &&
+    requires(C& c, std::span<const std::byte> blocks, std::span<const std::size_t> sizes, gather_buffer& out) {
+  c.alltoall(blocks, sizes, out);
+};
+
 namespace archetypes {
 /// The least a Collective provides, for checking other concepts against (one rank, no traffic).
 struct collective {

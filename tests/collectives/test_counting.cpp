@@ -9,12 +9,16 @@
 #include <cmath>
 #include <vector>
 
+#include "../support/alltoall_blocks.hpp"
+
 using bellows::collectives::alpha_beta;
 using bellows::collectives::counting;
 using bellows::collectives::local;
 using bellows::collectives::local_group;
 
-static_assert(bellows::Collective<counting<local>>, "counting<local> must be a Collective");
+static_assert(bellows::AlltoallCollective<counting<local>>, "counting<local> must be an AlltoallCollective");
+static_assert(!bellows::AlltoallCollective<counting<bellows::archetypes::collective>>,
+              "counting offers alltoall only where its inner collective has it");
 
 TEST_CASE("counting: forwards every operation and counts bytes and modeled ring time") {
   const alpha_beta link{1e-5, 1e9};  // 10 us, 1 GB/s
@@ -55,6 +59,35 @@ TEST_CASE("counting: forwards every operation and counts bytes and modeled ring 
     if (ok) ++right;
   });
   CHECK(right == static_cast<int>(w));
+}
+
+TEST_CASE("counting: an alltoall is forwarded, counts the other ranks' blocks and models a pairwise exchange") {
+  const alpha_beta link{1e-5, 1e9};
+  for (std::size_t w : {1u, 3u, 5u}) {
+    CAPTURE(w);
+    local_group group(w);
+    std::atomic<int> right{0};
+    group.run([&](local& inner) {
+      counting<local> c(inner, link);
+      bellows::gather_buffer out;
+      const bellows::testing::alltoall_send send(c.rank(), w, 0);
+      c.alltoall(send.blocks, send.sizes, out);
+      std::size_t sent = 0, received = 0;  // brute force: the other ranks' blocks, both ways
+      for (std::size_t r = 0; r < w; ++r)
+        if (r != c.rank()) {
+          sent += bellows::testing::alltoall_size(c.rank(), r, 0);
+          received += bellows::testing::alltoall_size(r, c.rank(), 0);
+        }
+      const double modeled = w == 1 ? 0.0 : (w - 1) * 1e-5 + std::max(sent, received) / 1e9;
+      const bool ok = bellows::testing::alltoall_received(out, c.rank(), w, 0) && c.alltoall().calls == 1 &&
+                      c.alltoall().bytes_sent == sent && c.alltoall().bytes_received == received &&
+                      std::abs(c.alltoall().modeled_s - modeled) < 1e-15 &&
+                      c.alltoall().modeled_cheapest_s == c.alltoall().modeled_s && c.total().calls == 1 &&
+                      c.total().bytes_received == received;
+      if (ok) ++right;
+    });
+    CHECK(right == static_cast<int>(w));
+  }
 }
 
 TEST_CASE("counting: one rank models no time, and a bad link is refused") {

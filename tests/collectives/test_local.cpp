@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/alltoall_blocks.hpp"
 #include "../support/random.hpp"
 
 using bellows::collectives::local;
@@ -110,6 +111,33 @@ TEST_CASE("local allgather: variable-size blocks in rank order, on every rank") 
     });
     CHECK(right == static_cast<int>(3 * w));
   }
+}
+
+TEST_CASE("local alltoall: every rank gets, in rank order, the block each rank sent it; sizes that do not fit are "
+          "refused") {
+  for (std::size_t w : {1u, 2u, 3u, 5u, 8u}) {
+    CAPTURE(w);
+    local_group group(w);
+    std::atomic<int> right{0};
+    group.run([&](local& c) {
+      bellows::gather_buffer out;
+      for (std::size_t round = 0; round < 3; ++round) {
+        const bellows::testing::alltoall_send send(c.rank(), w, round);
+        c.alltoall(send.blocks, send.sizes, out);
+        if (bellows::testing::alltoall_received(out, c.rank(), w, round)) ++right;
+      }
+    });
+    CHECK(right == static_cast<int>(3 * w));
+  }
+  // refused before anything is posted: the rank that raises leaves, the others then raise too
+  local_group group(2);
+  CHECK_THROWS_WITH_AS(group.run([&](local& c) {
+    bellows::gather_buffer out;
+    const std::vector<std::byte> blocks(5);
+    const std::vector<std::size_t> sizes = c.rank() == 0 ? std::vector<std::size_t>{2, 2} : std::vector<std::size_t>{5};
+    c.alltoall(blocks, sizes, out);
+  }),
+                       doctest::Contains("local alltoall:"), bellows::error);
 }
 
 TEST_CASE("local broadcast: every rank gets the root's bytes") {

@@ -79,6 +79,16 @@ struct log2_steps {
   return {chain, std::min(chain, log2_steps(w).ceil * (a + t))};
 }
 
+/// An alltoall in which this rank sends `sent` and receives `received` bytes of the other ranks'
+/// blocks, by pairwise exchange: (w - 1) alpha + max(sent, received) / beta, a link carrying both
+/// ways at once. Bruck's logarithmic alltoall sends each byte about log2(w) / 2 times, which
+/// blocks of a gradient's chunks are too large to gain from, so the cheapest figure is the same.
+[[nodiscard]] inline call_time model_alltoall(double sent, double received, std::size_t w, alpha_beta link) {
+  if (w <= 1) return {};
+  const double t = static_cast<double>(w - 1) * link.latency_s + std::max(sent, received) / link.bandwidth_bytes_per_s;
+  return {t, t};
+}
+
 /// Wraps a Collective, forwards every call, and records per operation kind the calls, bytes and
 /// two modeled times (model_allreduce, model_allgather, model_broadcast above): `modeled_s` by the
 /// usual ring algorithms on W ranks, for a buffer of B bytes,
@@ -122,13 +132,27 @@ public:
            model_broadcast(static_cast<double>(data.size()), size(), link_));
   }
 
+  /// Where Inner has it (AlltoallCollective): bytes sent and received count the other ranks'
+  /// blocks, not this rank's own.
+  // clang-format off
+  void alltoall(std::span<const std::byte> blocks, std::span<const std::size_t> sizes, gather_buffer& out)
+    requires AlltoallCollective<Inner>
+  // clang-format on
+  {
+    inner_->alltoall(blocks, sizes, out);
+    const std::size_t own = sizes[rank()], sent = blocks.size() - own, received = out.total_bytes() - own;
+    record(alltoall_, sent, received,
+           model_alltoall(static_cast<double>(sent), static_cast<double>(received), size(), link_));
+  }
+
   [[nodiscard]] const op_counts& allreduce() const noexcept { return allreduce_; }
   [[nodiscard]] const op_counts& allgather() const noexcept { return allgather_; }
   [[nodiscard]] const op_counts& broadcast() const noexcept { return broadcast_; }
-  /// The three kinds added together.
+  [[nodiscard]] const op_counts& alltoall() const noexcept { return alltoall_; }
+  /// The four kinds added together.
   [[nodiscard]] op_counts total() const noexcept {
     op_counts t;
-    for (const op_counts* o : {&allreduce_, &allgather_, &broadcast_}) {
+    for (const op_counts* o : {&allreduce_, &allgather_, &broadcast_, &alltoall_}) {
       t.calls += o->calls;
       t.bytes_sent += o->bytes_sent;
       t.bytes_received += o->bytes_received;
@@ -137,7 +161,7 @@ public:
     }
     return t;
   }
-  void reset() noexcept { allreduce_ = allgather_ = broadcast_ = {}; }
+  void reset() noexcept { allreduce_ = allgather_ = broadcast_ = alltoall_ = {}; }
   [[nodiscard]] Inner& inner() const noexcept { return *inner_; }
 
 private:
@@ -151,7 +175,7 @@ private:
 
   Inner* inner_;
   alpha_beta link_;
-  op_counts allreduce_, allgather_, broadcast_;
+  op_counts allreduce_, allgather_, broadcast_, alltoall_;
 };
 
 }  // namespace bellows::collectives

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <numeric>
 #include <span>
 #include <string>
 #include <thread>
@@ -74,12 +75,13 @@ public:
 
 private:
   friend class local;
-  enum class op : unsigned char { allreduce, allgather, broadcast };
+  enum class op : unsigned char { allreduce, allgather, broadcast, alltoall };
   struct post {
     op kind{};
     void* data = nullptr;
     std::size_t bytes = 0;
     std::size_t root = 0;
+    const std::size_t* sizes = nullptr;  // alltoall's block sizes
   };
   /// The two barriers of an operation: every rank has posted (arrival), every rank is done with
   /// the others' buffers (completion). Only the first may time out: past it, the others may be
@@ -240,6 +242,27 @@ public:
     g.wait_all(rank_, "allgather", local_group::barrier::completion);
   }
 
+  /// Block j of `blocks` (sizes[j] bytes) goes to rank j; `out` gets, at block i, what rank i
+  /// sent to this rank (concepts.hpp, AlltoallCollective).
+  void alltoall(std::span<const std::byte> blocks, std::span<const std::size_t> sizes, gather_buffer& out) {
+    local_group& g = *group_;
+    check_alltoall_blocks("local alltoall", blocks, sizes, g.workers_);
+    g.posts_[rank_] = {local_group::op::alltoall, const_cast<std::byte*>(blocks.data()), blocks.size(), 0,
+                       sizes.data()};
+    g.wait_all(rank_, "alltoall", local_group::barrier::arrival);
+    g.check_posts(local_group::op::alltoall, false, "alltoall");
+    sizes_.resize(g.workers_);
+    for (std::size_t r = 0; r < g.workers_; ++r) sizes_[r] = g.posts_[r].sizes[rank_];
+    out.resize(sizes_);
+    for (std::size_t r = 0; r < g.workers_; ++r) {
+      const std::size_t* theirs = g.posts_[r].sizes;
+      const std::size_t at = std::accumulate(theirs, theirs + rank_, std::size_t{0});
+      if (sizes_[r] != 0)
+        std::memcpy(out.block(r).data(), static_cast<const std::byte*>(g.posts_[r].data) + at, sizes_[r]);
+    }
+    g.wait_all(rank_, "alltoall", local_group::barrier::completion);
+  }
+
   /// Every rank's `data` becomes rank `root`'s; all ranks pass the same length.
   void broadcast(std::span<std::byte> data, std::size_t root) {
     local_group& g = *group_;
@@ -261,7 +284,7 @@ private:
   std::vector<std::size_t> sizes_;
 };
 
-static_assert(Collective<local>, "the local collective must model Collective");
+static_assert(AlltoallCollective<local>, "the local collective must model AlltoallCollective");
 
 inline local local_group::member(std::size_t rank) {
   BELLOWS_EXPECTS(rank < workers_, "local_group: rank ", rank, " of ", workers_, " workers");

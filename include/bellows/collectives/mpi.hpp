@@ -53,6 +53,8 @@ public:
     slice_displs_.resize(size_);
     receive_counts_.resize(size_);
     receive_displs_.resize(size_);
+    send_counts_.resize(size_);
+    send_displs_.resize(size_);
   }
   mpi(const mpi&) = delete;
   mpi& operator=(const mpi&) = delete;
@@ -116,6 +118,27 @@ public:
           "MPI_Allgatherv");
   }
 
+  /// Sizes by MPI_Alltoall, then the bytes by MPI_Alltoallv into 8-byte aligned blocks
+  /// (concepts.hpp, AlltoallCollective).
+  void alltoall(std::span<const std::byte> blocks, std::span<const std::size_t> sizes, gather_buffer& out) {
+    check_alltoall_blocks("mpi alltoall", blocks, sizes, size_);
+    std::size_t at = 0;
+    for (std::size_t r = 0; r < size_; ++r) {
+      send_counts_[r] = count_of(sizes[r], "alltoall");
+      send_displs_[r] = count_of(at, "alltoall offset");
+      at += sizes[r];
+    }
+    check(MPI_Alltoall(send_counts_.data(), 1, MPI_INT, counts_.data(), 1, MPI_INT, comm_), "MPI_Alltoall");
+    for (std::size_t r = 0; r < size_; ++r) sizes_[r] = static_cast<std::size_t>(counts_[r]);
+    out.resize(sizes_);
+    std::byte* base = size_ ? out.block(0).data() : nullptr;
+    for (std::size_t r = 0; r < size_; ++r)
+      displs_[r] = count_of(static_cast<std::size_t>(out.block(r).data() - base), "alltoall offset");
+    check(MPI_Alltoallv(blocks.data(), send_counts_.data(), send_displs_.data(), MPI_BYTE, base, counts_.data(),
+                        displs_.data(), MPI_BYTE, comm_),
+          "MPI_Alltoallv");
+  }
+
   /// MPI_Bcast of `data` from `root`; every rank passes the same length.
   void broadcast(std::span<std::byte> data, std::size_t root) {
     BELLOWS_EXPECTS(root < size_, "mpi broadcast: root ", root, " is not a rank of ", size_);
@@ -143,10 +166,11 @@ private:
   std::size_t rank_ = 0, size_ = 1;
   std::vector<int> counts_, displs_;
   std::vector<int> slice_counts_, slice_displs_, receive_counts_, receive_displs_;
+  std::vector<int> send_counts_, send_displs_;  // alltoall's
   std::vector<float> received_;
   std::vector<std::size_t> sizes_;
 };
 
-static_assert(Collective<mpi>, "the MPI adapter must model Collective");
+static_assert(AlltoallCollective<mpi>, "the MPI adapter must model AlltoallCollective");
 
 }  // namespace bellows::collectives

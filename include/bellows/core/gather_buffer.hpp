@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "bellows/core/checked.hpp"
@@ -66,5 +67,19 @@ private:
   std::vector<std::size_t> offsets_;
   std::vector<std::size_t> sizes_;
 };
+
+/// Refuses, with bellows::error naming `who`, an alltoall's blocks (concepts.hpp,
+/// AlltoallCollective) that are not one size per rank of `ranks`, adding up to the bytes given.
+inline void check_alltoall_blocks(std::string_view who, std::span<const std::byte> blocks,
+                                  std::span<const std::size_t> sizes, std::size_t ranks) {
+  BELLOWS_EXPECTS(sizes.size() == ranks, who, ": ", sizes.size(), " block sizes for ", ranks, " ranks");
+  std::size_t total = 0;
+  for (const std::size_t s : sizes) {
+    BELLOWS_EXPECTS(s <= blocks.size() - total, who, ": the blocks' sizes exceed the ", blocks.size(), " bytes given");
+    total += s;
+  }
+  BELLOWS_EXPECTS(total == blocks.size(), who, ": the blocks' sizes add up to ", total, " bytes of the ", blocks.size(),
+                  " given");
+}
 
 }  // namespace bellows
