@@ -109,11 +109,7 @@ public:
   void allgather(std::span<const std::byte> mine, gather_buffer& out) {
     const int len = count_of(mine.size(), "allgather");
     check(MPI_Allgather(&len, 1, MPI_INT, counts_.data(), 1, MPI_INT, comm_), "MPI_Allgather");
-    for (std::size_t r = 0; r < size_; ++r) sizes_[r] = static_cast<std::size_t>(counts_[r]);
-    out.resize(sizes_);
-    std::byte* base = size_ ? out.block(0).data() : nullptr;
-    for (std::size_t r = 0; r < size_; ++r)
-      displs_[r] = count_of(static_cast<std::size_t>(out.block(r).data() - base), "allgather offset");
+    std::byte* base = receive_blocks(out, "allgather offset");
     check(MPI_Allgatherv(mine.data(), len, MPI_BYTE, base, counts_.data(), displs_.data(), MPI_BYTE, comm_),
           "MPI_Allgatherv");
   }
@@ -129,11 +125,7 @@ public:
       at += sizes[r];
     }
     check(MPI_Alltoall(send_counts_.data(), 1, MPI_INT, counts_.data(), 1, MPI_INT, comm_), "MPI_Alltoall");
-    for (std::size_t r = 0; r < size_; ++r) sizes_[r] = static_cast<std::size_t>(counts_[r]);
-    out.resize(sizes_);
-    std::byte* base = size_ ? out.block(0).data() : nullptr;
-    for (std::size_t r = 0; r < size_; ++r)
-      displs_[r] = count_of(static_cast<std::size_t>(out.block(r).data() - base), "alltoall offset");
+    std::byte* base = receive_blocks(out, "alltoall offset");
     check(MPI_Alltoallv(blocks.data(), send_counts_.data(), send_displs_.data(), MPI_BYTE, base, counts_.data(),
                         displs_.data(), MPI_BYTE, comm_),
           "MPI_Alltoallv");
@@ -147,6 +139,17 @@ public:
   }
 
 private:
+  /// `out` sized for the blocks of counts_ (one per rank, as received), and displs_ set to their
+  /// offsets from the first; returns the first block's address (null for no ranks).
+  std::byte* receive_blocks(gather_buffer& out, const char* op) {
+    for (std::size_t r = 0; r < size_; ++r) sizes_[r] = static_cast<std::size_t>(counts_[r]);
+    out.resize(sizes_);
+    std::byte* base = size_ ? out.block(0).data() : nullptr;
+    for (std::size_t r = 0; r < size_; ++r)
+      displs_[r] = count_of(static_cast<std::size_t>(out.block(r).data() - base), op);
+    return base;
+  }
+
   static int count_of(std::size_t n, const char* op) {
     if (n > static_cast<std::size_t>(INT_MAX))
       fail<collective_error>("mpi ", op, ": ", n, " elements exceed MPI's int count");

@@ -153,8 +153,7 @@ public:
     BELLOWS_CUDA_CHECK(cudaMemcpyAsync(&verdicts_[0], verdicts(), (2 * ranks_ + 1) * sizeof(unsigned),
                                        cudaMemcpyDeviceToHost, exec.stream()));
   }
-  /// After send_verdicts and a wait for the stream: rank r's verdict, and the worst of all.
-  [[nodiscard]] unsigned verdict(std::size_t r) const noexcept { return verdicts_[r]; }
+  /// After send_verdicts and a wait for the stream: the worst verdict of all ranks.
   [[nodiscard]] unsigned worst() const noexcept { return verdicts_[ranks_]; }
   /// After send_verdicts and a wait: rank r's count, where a validation kernel wrote it.
   [[nodiscard]] std::size_t count(std::size_t r) const noexcept { return verdicts_[ranks_ + 1 + r]; }
