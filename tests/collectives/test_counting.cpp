@@ -34,6 +34,8 @@ TEST_CASE("counting: forwards every operation and counts bytes and modeled ring 
     c.allreduce_sum(x);
     bool ok = x[0] == 16.0f;  // forwarded: 4 ranks, twice
     ok = ok && c.allreduce().calls == 2 && c.allreduce().bytes_sent == 8000;
+    // the ring's reduce-scatter and allgather each deliver (W-1)/W of the 4000 bytes: 6000 a call
+    ok = ok && c.allreduce().bytes_received == 2 * 6000;
     // 2 (W-1) alpha + 2 (W-1)/W B / beta per call
     const double one = 2 * 3 * 1e-5 + 2.0 * 3 / 4 * 4000 / 1e9;
     ok = ok && std::abs(c.allreduce().modeled_s - 2 * one) < 1e-15;
@@ -97,6 +99,7 @@ TEST_CASE("counting: one rank models no time, and a bad link is refused") {
   c.allreduce_sum(x);
   CHECK(c.allreduce().modeled_s == 0.0);
   CHECK(c.allreduce().bytes_sent == 40);
+  CHECK(c.allreduce().bytes_received == 0);
   CHECK_THROWS_AS(counting<bellows::archetypes::collective>(solo, {-1.0, 1.0}), bellows::error);
   CHECK_THROWS_AS(counting<bellows::archetypes::collective>(solo, {0.0, 0.0}), bellows::error);
 }

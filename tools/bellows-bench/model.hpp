@@ -65,11 +65,12 @@ namespace bellows::tool {
 struct step_model {
   std::uint64_t calls = 0;
   double handed = 0;  ///< bytes this rank hands to the calls
-  double got = 0;     ///< bytes it gets back: an allreduce's sums, an allgather's other blocks
+  double got = 0;     ///< bytes it receives: 2 (W - 1) / W of an allreduce's buffer, an allgather's other blocks
   collectives::call_time time;
 
   void allreduce(double bytes, std::size_t ranks, const collectives::alpha_beta& link) {
-    add(bytes, bytes, collectives::model_allreduce(bytes, ranks, link));
+    add(bytes, static_cast<double>(collectives::allreduce_received(static_cast<std::uint64_t>(bytes), ranks)),
+        collectives::model_allreduce(bytes, ranks, link));
   }
   void allgather(double bytes, std::size_t ranks, const collectives::alpha_beta& link) {
     const double others = bytes * static_cast<double>(ranks - 1);

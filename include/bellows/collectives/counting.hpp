@@ -25,7 +25,7 @@ struct alpha_beta {
 struct op_counts {
   std::uint64_t calls = 0;
   std::uint64_t bytes_sent = 0;      ///< bytes this rank handed to the operation
-  std::uint64_t bytes_received = 0;  ///< bytes of other ranks it got back (allgather, broadcast)
+  std::uint64_t bytes_received = 0;  ///< bytes of other ranks it got back (allreduce_received for an allreduce)
   double modeled_s = 0.0;            ///< modeled time on the link, every call by the ring algorithm
   double modeled_cheapest_s = 0.0;   ///< every call by the cheapest of the ring and logarithmic ones
 };
@@ -61,6 +61,13 @@ struct log2_steps {
   return {ring, std::min({ring, halving, doubling})};
 }
 
+/// The bytes a rank receives in an allreduce of `bytes` on w ranks by the ring or Rabenseifner's
+/// algorithm: 2 (w - 1) / w of the buffer (its reduce-scatter, then its allgather), rounded
+/// down to a whole byte; 0 for w = 1. What counting records and bellows-bench --model reports.
+[[nodiscard]] constexpr std::uint64_t allreduce_received(std::uint64_t bytes, std::size_t w) noexcept {
+  return w <= 1 ? 0 : 2 * (w - 1) * bytes / w;
+}
+
 /// An allgather delivering `others` bytes of the other ranks' blocks. Ring: (w - 1) alpha +
 /// others / beta; Bruck's: ceil(log2 w) alpha + others / beta.
 [[nodiscard]] inline call_time model_allgather(double others, std::size_t w, alpha_beta link) {
@@ -89,7 +96,8 @@ struct log2_steps {
   return {t, t};
 }
 
-/// Wraps a Collective, forwards every call, and records per operation kind the calls, bytes and
+/// Wraps a Collective, forwards every call, and records per operation kind the calls, the bytes
+/// sent and received (an allreduce of B bytes receives allreduce_received: 2 (W - 1) / W B), and
 /// two modeled times (model_allreduce, model_allgather, model_broadcast above): `modeled_s` by the
 /// usual ring algorithms on W ranks, for a buffer of B bytes,
 ///  - allreduce_sum: 2 (W - 1) alpha + 2 (W - 1) / W * B / beta
@@ -111,7 +119,8 @@ public:
 
   void allreduce_sum(std::span<float> v) {
     inner_->allreduce_sum(v);
-    record(allreduce_, v.size_bytes(), 0, model_allreduce(static_cast<double>(v.size_bytes()), size(), link_));
+    record(allreduce_, v.size_bytes(), allreduce_received(v.size_bytes(), size()),
+           model_allreduce(static_cast<double>(v.size_bytes()), size(), link_));
   }
 
   void allgather(std::span<const std::byte> mine, gather_buffer& out) {
