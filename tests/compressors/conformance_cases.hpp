@@ -14,7 +14,8 @@
 namespace bellows::testing {
 
 /// A compressor seen through the Compressor concept alone. For codecs with an error memory,
-/// whose payloads depend on the memory that fresh states of the codec round-trip cases lack.
+/// whose payloads depend on the memory that fresh states of the codec round-trip cases lack, and
+/// for exchanges other than gather, whose steps average no payload of each rank.
 template <class C>
 struct compressor_only {
   using state = typename C::state;
@@ -38,13 +39,22 @@ constexpr bool keeps_memory(const Params& p) {
     return false;
 }
 
+/// Whether a configuration averages the payloads of every rank (its exchange is gather).
+template <class Params>
+constexpr bool gathers(const Params& p) {
+  if constexpr (requires { p.exchange; })
+    return p.exchange == exchange::gather;
+  else
+    return true;
+}
+
 /// Example I of method M, built with an executor.
 template <class M, std::size_t I>
 struct example_case {
   using method = M;
   static constexpr typename M::params params = M::examples[I];
   using codec = typename M::template compressor<cpu::executor>;
-  static constexpr bool hidden = PayloadCodec<codec> && keeps_memory(params);
+  static constexpr bool hidden = PayloadCodec<codec> && (keeps_memory(params) || !gathers(params));
   using compressor = std::conditional_t<hidden, compressor_only<codec>, codec>;
   static compressor make(cpu::executor& exec) {
     if constexpr (hidden)

@@ -103,6 +103,17 @@ TEST_CASE("phases: top-k averaged densely over one bucket equals each layer's re
     }
 }
 
+TEST_CASE("phases: top-k's leader over one bucket equals each layer's reduce, bit for bit") {
+  for (const bellows::topk_mode mode : {bellows::topk_mode::exact, bellows::topk_mode::approximate})
+    for (const bellows::feedback f : {bellows::feedback::residual, bellows::feedback::none}) {
+      CAPTURE(static_cast<int>(mode));
+      check_phases([&](bellows::cpu::executor& exec) {
+        return bellows::topk<>({.ratio = 0.1, .mode = mode, .feedback = f, .exchange = bellows::exchange::leader},
+                               exec);
+      });
+    }
+}
+
 TEST_CASE("phases: rand-k with shared indices over one bucket equals each layer's reduce, bit for bit") {
   for (const bool unbiased : {false, true})
     for (const bellows::feedback f : {bellows::feedback::residual, bellows::feedback::none}) {

@@ -73,6 +73,18 @@ TEST_CASE("cuda phases: top-k averaged densely over one bucket equals each layer
   }
 }
 
+TEST_CASE("cuda phases: top-k's leader over one bucket equals each layer's reduce" *
+          doctest::skip(bellows::test::no_device())) {
+  for (const bellows::topk_mode mode : {bellows::topk_mode::exact, bellows::topk_mode::approximate})
+    for (const bellows::feedback f : {bellows::feedback::residual, bellows::feedback::none}) {
+      CAPTURE(static_cast<int>(mode));
+      phases_test::check_phases([&](bellows::cuda::executor& exec) {
+        return bellows::topk<bellows::cuda::executor>(
+            {.ratio = 0.1, .mode = mode, .feedback = f, .exchange = bellows::exchange::leader}, exec);
+      });
+    }
+}
+
 TEST_CASE("cuda phases: rand-k with shared indices over one bucket equals each layer's reduce" *
           doctest::skip(bellows::test::no_device())) {
   phases_test::check_phases([](bellows::cuda::executor& exec) {

@@ -487,7 +487,7 @@ TEST_CASE("cli: qsgd round trip against the library, W = 1 and 3, with the globa
   }
 }
 
-TEST_CASE("cli: topk round trip against the library: exact and approximate, with and without memory") {
+TEST_CASE("cli: topk round trip against the library: exact and approximate, with and without memory, by leader") {
   scratch s;
   const bellows::shape shape{40, 25};
   const sequence q = write_sequence(s, shape, 3, 50);
@@ -495,15 +495,20 @@ TEST_CASE("cli: topk round trip against the library: exact and approximate, with
     CAPTURE(w);
     const json doc = bench_json(s, q.files + "--seed 3 --workers " + std::to_string(w) +
                                        " --method topk --ratio 0.05 --method topk --ratio 0.02 --error-feedback none"
-                                       " --method topk --ratio 0.05 --approximate");
+                                       " --method topk --ratio 0.05 --approximate"
+                                       " --method topk --ratio 0.05 --exchange leader");
     CHECK(doc["config"]["steps"] == 3);
-    CHECK(doc["methods"][0]["params"] == json{{"ratio", 0.05}, {"mode", "exact"}, {"error_feedback", "residual"}});
+    CHECK(doc["methods"][0]["params"] ==
+          json{{"ratio", 0.05}, {"mode", "exact"}, {"error_feedback", "residual"}, {"exchange", "gather"}});
+    CHECK(doc["methods"][3]["params"]["exchange"] == "leader");
     CHECK(doc["methods"][0]["kept"] == 50.0);
     check_method<bellows::topk<>>(doc["methods"][0], q, shape, w, 3, {.ratio = 0.05, .seed = 3});
     check_method<bellows::topk<>>(doc["methods"][1], q, shape, w, 3,
                                   {.ratio = 0.02, .feedback = bellows::feedback::none, .seed = 3});
     check_method<bellows::topk<>>(doc["methods"][2], q, shape, w, 3,
                                   {.ratio = 0.05, .mode = bellows::topk_mode::approximate, .seed = 3});
+    check_method<bellows::topk<>>(doc["methods"][3], q, shape, w, 3,
+                                  {.ratio = 0.05, .seed = 3, .exchange = bellows::exchange::leader});
   }
 }
 

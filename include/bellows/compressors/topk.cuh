@@ -13,6 +13,7 @@
 #include "bellows/cuda/elementwise.cuh"
 #include "bellows/cuda/executor.cuh"
 #include "bellows/cuda/float_array.cuh"
+#include "bellows/cuda/index_list.cuh"
 #include "bellows/cuda/payload_slots.cuh"
 #include "bellows/cuda/sparse.cuh"
 #include "bellows/cuda/sparse_payload.cuh"

@@ -29,7 +29,9 @@
 #include "bellows/cpu/elementwise.hpp"
 #include "bellows/cpu/executor.hpp"
 #include "bellows/cpu/float_array.hpp"
+#include "bellows/cpu/index_list.hpp"
 #include "bellows/cpu/sparse_payload.hpp"
+#include "bellows/plan/index_list.hpp"
 #include "bellows/plan/select.hpp"
 
 namespace bellows {
@@ -48,7 +50,13 @@ public:
 
   /// One allgather of this rank's payload (k entries; in approximate mode up to topk_most of
   /// them), or, where the dense switch finds it cheaper over `ranks`, one allreduce of n + 1 floats.
+  /// The leader's exchange: an allreduce of the index list, then one of the values at it.
   [[nodiscard]] exchange_rounds rounds(const state& st, std::size_t ranks) const {
+    if (leads()) {
+      const index_list_layout at = list_layout(st.layer);
+      return {{collective_op::allreduce_sum, at.floats() * sizeof(float)},
+              {collective_op::allreduce_sum, at.most * sizeof(float)}};
+    }
     return detail::topk_rounds(st.layer, counts(st.layer), params_.dense_switch, ranks);
   }
 
@@ -56,32 +64,44 @@ public:
   /// and W * most * (index + value bytes) >= 4 n, by one allreduce of n + 1 floats instead, the
   /// phases below on the state's buffer: the verdicts and this rank's count read back (on the
   /// device, the step's one wait). The traffic counts the kept values as the payload's elements.
+  /// With the leader's exchange, by its two allreduces, on the state's buffer.
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     this->begin_step(st, inout.size(), coll);
-    if (!averages_densely(st.layer, coll.size())) return this->average_by_allgather(st, inout, coll);
+    if (!leads() && !averages_densely(st.layer, coll.size())) return this->average_by_allgather(st, inout, coll);
     Exec& exec = *this->exec_;
-    if (st.dense_.size() != inout.size() + 1) {
+    const exchange_rounds rounds = this->rounds(st, coll.size());
+    const std::size_t first = rounds[0].bytes / sizeof(float);
+    const std::size_t floats = first + (rounds.size() > 1 ? rounds[1].bytes / sizeof(float) : 0);
+    if (st.dense_.size() != floats) {
       exec.synchronize();  // work enqueued before may still use the buffer replaced
-      st.dense_ = float_array_for<Exec>(exec, inout.size() + 1);
+      st.dense_ = float_array_for<Exec>(exec, floats);
     }
-    const round_part parts[] = {{st.dense_.span()}};
-    begin(st, inout, parts, coll.rank(), coll.size());
+    const round_part parts[] = {{st.dense_.span().first(first)}, {st.dense_.span().subspan(first)}};
+    const round_parts used(parts, rounds.size());
+    begin(st, inout, used, coll.rank(), coll.size());
     coll.allreduce_sum(parts[0].values);
-    finish(st, inout, parts, coll.rank(), coll.size());
+    if (leads()) {
+      next(st, inout, 1, used);
+      coll.allreduce_sum(parts[1].values);
+    }
+    finish(st, inout, used, coll.rank(), coll.size());
     exec.synchronize();
+    verify(st);
     return conclude(st);
   }
 
-  // Phases (concepts.hpp, PhasedCompressor), one round as rounds() says: an allgather of this
+  // Phases (concepts.hpp, PhasedCompressor), the rounds as rounds() says: an allgather of this
   // rank's payload in part 0 (detail::sparse_codec), or, with the dense switch, an allreduce of
-  // the kept entries written densely and the verdict after them.
+  // the kept entries written densely and the verdict after them; or the leader's two
+  // allreduces, its index list in part 0 (plan/index_list.hpp), then the values at it.
 
   /// The selection from m = grad + e (the next memory staged) into part 0: a payload, or the
   /// entries written densely and this rank's verdict, whose verdict and count are copied back.
   void begin(state& st, std::span<const float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
     Exec& exec = *this->exec_;
     this->begin_phases(st, grad.size(), parts, ranks);
+    if (leads()) return begin_led(st, grad, parts, rank, ranks);
     if (!averages_densely(st.layer, ranks)) return this->begin_gathered(st, grad, parts, rank, ranks);
     st.by_allgather_ = false;
     const std::size_t n = grad.size();
@@ -93,23 +113,55 @@ public:
     copy_word(exec, st.reported_[0].own, words.non_finite);
     copy_word(exec, st.reported_[0].count, words.count);
   }
-  /// Top-k has one round.
-  void next(state& st, std::span<const float> /*grad*/, std::size_t round, round_parts /*parts*/) {
-    fail<error>(name, ": layer '", st.layer.name, "' has no round ", round);
+  /// The leader's second round: the summed list checked (a malformed one raises
+  /// bellows::wire_error on the CPU, after the wait on the device), and this rank's values of m at
+  /// its indices into part 1, taken out of the next memory. Gather and the dense switch have one
+  /// round.
+  void next(state& st, std::span<const float> grad, std::size_t round, round_parts parts) {
+    BELLOWS_EXPECTS(leads() && round == 1, name, ": layer '", st.layer.name, "' has no round ", round);
+    const index_list_layout at = list_layout(st.layer);
+    auto& got = st.reported_[0];
+    st.list_ = parts[0].values;
+    st.listed_ =
+        check_index_list(*this->exec_, st.slots_, parts[0].values, at, st.layer.size(), counts(st.layer).first, got.sum,
+                         got.own, got.count, [&](std::span<const float> list) { return read_list(st, list); });
+    const auto [memory, staged] = this->compensation(st);
+    take_at_list(*this->exec_, parts[1].values, memory.empty() ? grad : std::as_const(staged), staged, parts[0].values,
+                 at, st.listed_);
   }
   /// The gathered payloads validated and averaged (detail::sparse_codec); or grad = the sums / W
   /// unless the summed verdict is not 0, the summed verdict copied back.
+  /// The leader's: grad = zeros but the summed values / W at the list's indices, unless the
+  /// step is not finite.
   void finish(state& st, std::span<float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
     if (st.by_allgather_) return this->finish_gathered(st, grad, parts, rank, ranks);
+    if (leads())
+      return scatter_list(*this->exec_, grad, parts[0].values, list_layout(st.layer), parts[1].values,
+                          static_cast<float>(ranks), st.listed_);
     const std::size_t n = grad.size();
     divide(*this->exec_, grad, std::as_const(parts[0].values).first(n), static_cast<float>(ranks),
            parts[0].values.data() + n);
     copy_word(*this->exec_, st.reported_[0].sum, parts[0].values.data() + n);
   }
+  /// After the executor's synchronize(): raises the wire_error of a malformed gathered payload
+  /// or leader's list that the device found.
+  void verify(const state& st) const {
+    base::verify(st);
+    if (leads() && !st.by_allgather_)
+      report_index_list(*this->exec_, st.list_, st.reported_[0].own,
+                        [&](std::span<const float> list) { return read_list(st, list); });
+  }
   /// The status and traffic; the staged memory becomes current when every rank was finite.
   reduce_result conclude(state& st) {
     if (st.by_allgather_) return base::conclude(st, this->gathered(st));
     const auto& got = st.reported_[0];
+    if (leads()) {
+      const index_list_layout at = list_layout(st.layer);
+      const std::size_t floats = at.floats() + at.most;
+      const bool finite = got.sum == 0.0f;
+      return base::conclude(st, {finite ? step_status::ok : step_status::non_finite,
+                                 {floats * sizeof(float), floats, finite ? std::size_t{got.count} : 0}});
+    }
     const std::size_t n = st.layer.size();
     const reduce_result r{got.sum != 0.0f ? step_status::non_finite : step_status::ok,
                           {(n + 1) * sizeof(float), n + 1, got.own != 0 ? 0 : std::size_t{got.count}}};
@@ -128,6 +180,54 @@ private:
   [[nodiscard]] select_plan plan_for(const layer_info& layer) const {
     const auto [k, most] = counts(layer);
     return plan_select(layer.size(), k, most);
+  }
+
+  [[nodiscard]] bool leads() const noexcept { return params_.exchange == exchange::leader; }
+
+  [[nodiscard]] index_list_layout list_layout(const layer_info& layer) const {
+    return {layer.size(), counts(layer).second};
+  }
+
+  /// The leader's step from m = grad + e (the next memory staged in full): part 0 zeroed, this
+  /// rank's verdict (1 when m is not finite) at its start, and on the leader, rank step mod W,
+  /// its selection from m written as the list.
+  void begin_led(state& st, std::span<const float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
+    Exec& exec = *this->exec_;
+    st.by_allgather_ = false;
+    const std::span<float> list = parts[0].values;
+    st.slots_.prepare(exec, 1, this->max_payload_bytes(st));  // the leader's scratch, the device's words
+    fill(exec, list, 0.0f);
+    const auto [memory, staged] = this->compensation(st);
+    if (memory.empty())
+      flag_non_finite(exec, grad, list.data());
+    else
+      compensate(exec, staged, grad, memory, list.data());
+    if (rank == st.step % ranks)
+      select_index_list(exec, st.plan_, sample_key(st, rank), memory.empty() ? grad : std::as_const(staged), st.work_,
+                        st.slots_.mine(0), list);
+  }
+
+  /// The leader's count in a summed list whose verdict is 0, after checking all of it: the
+  /// count and every index below it whole numbers (plan/index_list.hpp), the count from k to
+  /// the most a payload holds, the indices ascending strictly and below n. Raises
+  /// bellows::wire_error naming the layer and the field.
+  [[nodiscard]] std::size_t read_list(const state& st, std::span<const float> list) const {
+    const index_list_layout at = list_layout(st.layer);
+    const auto [least, most] = counts(st.layer);
+    const std::uint64_t n = st.layer.size();
+    std::uint64_t count = 0;
+    if (!at.get(list.data() + at.count_at(), count) || count < least || count > most)
+      fail<wire_error>(name, ": the leader's index list for layer '", st.layer.name, "' does not hold a count from ",
+                       least, " to ", most);
+    std::uint64_t before = 0;
+    for (std::size_t j = 0; j < count; ++j) {
+      std::uint64_t i = 0;
+      if (!at.get(list.data() + at.entry_at(j), i) || i >= n || (j > 0 && i <= before))
+        fail<wire_error>(name, ": entry ", j, " of the leader's index list for layer '", st.layer.name,
+                         "' is not an index below ", n, " above the one before it");
+      before = i;
+    }
+    return count;
   }
 
   [[nodiscard]] bool averages_densely(const layer_info& layer, std::size_t ranks) const {

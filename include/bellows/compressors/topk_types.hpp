@@ -11,6 +11,7 @@
 #include "bellows/core/error.hpp"
 #include "bellows/core/method.hpp"
 #include "bellows/core/wire.hpp"
+#include "bellows/plan/exchange.hpp"
 #include "bellows/plan/feedback.hpp"
 #include "bellows/plan/kept.hpp"
 
@@ -45,6 +46,10 @@ struct topk_params {
   /// Average by a dense allreduce instead of an allgather when docs/spec.md#top-k finds it cheaper:
   /// W * k * (index + value bytes) >= 4 n.
   bool dense_switch = true;
+  /// How the ranks average (docs/spec.md#top-k-leader): gather (an allgather of every rank's
+  /// payload), or leader (the indices of rank step mod W used by every rank, the values at them
+  /// allreduced; dense_switch does not apply).
+  bellows::exchange exchange = bellows::exchange::gather;
 
   /// Raises bellows::error naming the first parameter out of range; both backends' constructors
   /// call it.
@@ -53,6 +58,7 @@ struct topk_params {
     BELLOWS_EXPECTS(mode == topk_mode::exact || mode == topk_mode::approximate,
                     "topk: mode must be exact or approximate, got the value ", static_cast<unsigned>(mode));
     check_feedback("topk", feedback);
+    check_exchange("topk", exchange, "gather|leader");
   }
 };
 
@@ -75,23 +81,31 @@ struct topk_method {
       {"ratio", "fraction of the elements kept, in (0, 1]", "0.01"},
       {"approximate", "keep between k and 1.25 k of the largest, when cheaper", {}, {}, true},
       feedback_option(params{}.feedback),
+      exchange_option("gather|leader"),
   };
-  /// Configurations that reach every path: no memory, the dense average, the memory, a large k.
+  /// Configurations that reach every path: no memory, the dense average, the memory, a large k,
+  /// and the leader's exchange with and without memory.
   static constexpr params examples[] = {
       {.ratio = 0.05, .feedback = feedback::none},
       {.ratio = 0.25, .mode = topk_mode::approximate, .feedback = feedback::none},
       {.ratio = 0.05},
       {.ratio = 0.9},
+      {.ratio = 0.05, .exchange = exchange::leader},
+      {.ratio = 0.25, .mode = topk_mode::approximate, .feedback = feedback::none, .exchange = exchange::leader},
   };
 
   [[nodiscard]] static params configure(const method_settings& s) {
     return {.ratio = s.number("ratio", params{}.ratio),
             .mode = s.flag("approximate") ? topk_mode::approximate : topk_mode::exact,
             .feedback = feedback_setting(s, params{}.feedback),
-            .seed = s.whole("seed", params{}.seed)};
+            .seed = s.whole("seed", params{}.seed),
+            .exchange = exchange_setting(s, "gather|leader")};
   }
   [[nodiscard]] static std::vector<method_param> describe(const params& p) {
-    return {{"ratio", p.ratio}, {"mode", to_string(p.mode)}, {"error_feedback", to_string(p.feedback)}};
+    return {{"ratio", p.ratio},
+            {"mode", to_string(p.mode)},
+            {"error_feedback", to_string(p.feedback)},
+            {"exchange", to_string(p.exchange)}};
   }
   template <class Exec>
   [[nodiscard]] static compressor<Exec> make(const params& p, Exec& exec) {

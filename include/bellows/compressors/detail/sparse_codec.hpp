@@ -45,6 +45,7 @@
 #include "bellows/feedback/error_feedback.hpp"
 #include "bellows/plan/feedback.hpp"
 #include "bellows/plan/float_array.hpp"
+#include "bellows/plan/index_list.hpp"
 #include "bellows/plan/payload_slots.hpp"
 #include "bellows/plan/sparse.hpp"
 
@@ -186,8 +187,9 @@ public:
   private:
     friend sparse_codec;
     friend Derived;
-    /// What a step averaged by one allreduce reads back: the summed verdict, this rank's own
-    /// verdict and its count.
+    /// What a step averaged by allreduce reads back: the summed verdict, this rank's own
+    /// verdict and its count; for top-k's leader, the summed verdict, the device's verdict on
+    /// the list and the leader's count.
     struct reported {
       float sum = 0.0f;
       unsigned own = 0;
@@ -195,12 +197,14 @@ public:
     };
     Plan plan_{};
     Workspace work_{};
-    layer_memory<Exec> staged_;                 ///< the next e, current once every rank's input proved finite
-    slots_type slots_;                          ///< this step's payloads (or the device's scratch)
-    float_array_for<Exec> dense_;               ///< top-k's dense average: n sums, then the verdict
-    host_values_for<Exec, reported> reported_;  ///< copied back by the phases of an allreduce step
-    bool by_allgather_ = false;                 ///< the step under way is averaged by allgather
-    bool pending_ = false;                      ///< a step was staged with finite input and not yet committed
+    layer_memory<Exec> staged_;                        ///< the next e, current once every rank's input proved finite
+    slots_type slots_;                                 ///< this step's payloads (or the device's scratch)
+    float_array_for<Exec> dense_;                      ///< top-k's dense average: n sums, then the verdict
+    host_values_for<Exec, reported> reported_;         ///< copied back by the phases of an allreduce step
+    std::span<const float> list_;                      ///< top-k's leader: the summed index list (the caller's part)
+    index_list_words<sparse_count_for<Exec>> listed_;  ///< top-k's leader: what the list's check reported
+    bool by_allgather_ = false;                        ///< the step under way is averaged by allgather
+    bool pending_ = false;                             ///< a step was staged with finite input and not yet committed
   };
 
   using params_type = typename Method::params;
