@@ -28,6 +28,8 @@ CONFIGS = {
     "qsgd": dict(compressor="qsgd", low=4),
     "powersgd_accordion": dict(compressor="powersgd", low=4, high=1, accordion=True, interval=1),
     "topk_accordion": dict(compressor="topk", low=0.5, high=0.05, accordion=True, interval=1),
+    "topk_leader_accordion": dict(compressor="topk", low=0.5, high=0.05, accordion=True, interval=1,
+                                  exchange="leader"),
 }
 # Every other compressor of the list, at the library's default level.
 LISTED = [f for f in bellows_torch.FAMILIES if f not in CONFIGS]
@@ -153,6 +155,9 @@ class HookMatchesDirect(unittest.TestCase):
     def test_topk_accordion(self):
         self.check("topk_accordion")
 
+    def test_topk_leader_accordion(self):
+        self.check("topk_leader_accordion")
+
     def test_every_other_listed_compressor(self):
         for name in LISTED:
             with self.subTest(name):
@@ -172,6 +177,9 @@ class HookMatchesDirect(unittest.TestCase):
                          "bellows_torch: low=1.5: topk: ratio must be in (0, 1], got 1.5")
         self.assertEqual(dist_util.run(refusal, dict(compressor="powersgd", low=4, high=0, accordion=True)),
                          "bellows_torch: high=0: powersgd: rank must be >= 1, got 0")
+        self.assertEqual(dist_util.run(refusal, dict(compressor="qsgd", low=4, exchange="leader")),
+                         "bellows_torch: exchange='leader': qsgd averages by its own exchange only "
+                         "(exchange='gather')")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ the State that was never saved. A State that starts from nothing does not (so th
 something). A dict of another compressor, other levels, another world size, other parameters,
 with damaged bytes, or of format 2 (one synchronizer per parameter, before this version) is
 refused and the State keeps what it had. A dict saved before the
-level_change option existed loads as level_change keep. After the epoch's check the telemetry
+level_change and exchange options existed loads as level_change keep and exchange gather. After the epoch's check the telemetry
 shows each compressed parameter's Accordion norm: the mean over the ranks of the norm of the
 rank's mean gradient over the epoch."""
 import io
@@ -106,6 +106,8 @@ def body(rank):
         ("compressor", bellows_torch.State(model=net, **dict(OPTIONS, compressor="topk", low=0.5, high=0.1)), saved),
         ("levels", bellows_torch.State(model=net, **dict(OPTIONS, low=4)), saved),
         ("level change", bellows_torch.State(model=net, **dict(OPTIONS, level_change="reset")), saved),
+        ("exchange", bellows_torch.State(model=net, **dict(OPTIONS, compressor="topk", low=0.5, high=0.1,
+                                                           exchange="leader")), saved),
         ("world size", resumed, dict(saved, world_size=3)),
         ("rank", resumed, dict(saved, rank=(rank + 1) % len(everyone))),
         ("rank in the bytes", resumed, neighbours),
@@ -121,9 +123,10 @@ def body(rank):
         except (ValueError, RuntimeError) as e:
             refusals[what] = str(e)
         refusals[what + " unchanged"] = state_equal(before, state.state_dict())
-    # A dict of before the level_change field: it was saved with level changes kept.
+    # A dict of before the level_change and exchange fields: saved with level changes kept, by gather.
     older = bellows_torch.State(model=net, **OPTIONS)
-    older.load_state_dict(dict(saved, config={k: v for k, v in saved["config"].items() if k != "level_change"}))
+    older.load_state_dict(dict(saved, config={k: v for k, v in saved["config"].items()
+                                               if k not in ("level_change", "exchange")}))
     older_loaded = state_equal(saved, older.state_dict())
     # Accordion's norm after epoch 0 (steps 0 and 1): per rank the norm of the mean gradient,
     # then the mean over the ranks.
@@ -151,7 +154,7 @@ class StateDict(unittest.TestCase):
             self.assertTrue(r["resumed"], "the State loaded from the dict did not continue as the saved one")
             self.assertFalse(r["fresh"], "a State without the saved state continued the same: nothing was carried")
             self.assertEqual(r["telemetry"][0], r["telemetry"][1])
-            self.assertTrue(r["older_loaded"], "a dict without level_change did not load as level_change keep")
+            self.assertTrue(r["older_loaded"], "a dict without level_change and exchange did not load as keep and gather")
 
     def test_norms(self):
         for r in self.results:
@@ -164,7 +167,8 @@ class StateDict(unittest.TestCase):
 
     def test_refusals(self):
         expected = {"compressor": "family", "levels": "low: saved 2, this State 4",
-                    "level change": "level_change: saved 'keep', this State 'reset'", "world size": "of 3 ranks",
+                    "level change": "level_change: saved 'keep', this State 'reset'",
+                    "exchange": "exchange: saved 'gather', this State 'leader'", "world size": "of 3 ranks",
                     "rank": "this process is rank", "rank in the bytes": "this is rank",
                     "parameters": "other parameters", "shapes": "other shapes", "bytes": "does not fit this State",
                     "format 2": "of format bellows_torch.State/2 (one synchronizer per parameter)"}

@@ -124,6 +124,7 @@ struct hook_config {
   float min_compression_rate = 2.0f;
   bool warm_start = true;
   std::string level_change = "keep";  ///< keep or reset: a layer's state when Accordion switches its level
+  std::string exchange = "gather";    ///< how the ranks average: gather, or leader (top-k)
 };
 
 /// Key of a parameter's random streams (layer_info::stream), added to the configuration's seed:
@@ -262,6 +263,11 @@ typename M::template compressor<bellows::cpu::executor> compressor_at(const hook
   if (cfg.feedback != "default" && has_option<M>("error-feedback")) s.set("error-feedback", cfg.feedback);
   if (has_option<M>("min-compression-rate")) s.set("min-compression-rate", level_text(cfg.min_compression_rate));
   if (has_option<M>("warm-start")) s.set("warm-start", cfg.warm_start ? "true" : "false");
+  if (cfg.exchange != "gather") {
+    BELLOWS_EXPECTS(has_option<M>("exchange"), "bellows_torch: exchange='", cfg.exchange, "': ", M::name,
+                    " averages by its own exchange only (exchange='gather')");
+    s.set("exchange", cfg.exchange);
+  }
   if (!M::level.empty()) s.set(M::level, level_text(level));
   try {
     return M::make(M::configure(s), exec);
@@ -545,7 +551,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("threads", &hook_config::threads)
       .def_readwrite("min_compression_rate", &hook_config::min_compression_rate)
       .def_readwrite("warm_start", &hook_config::warm_start)
-      .def_readwrite("level_change", &hook_config::level_change);
+      .def_readwrite("level_change", &hook_config::level_change)
+      .def_readwrite("exchange", &hook_config::exchange);
   py::class_<hook_state>(m, "HookState")
       .def(py::init<hook_config, const c10::intrusive_ptr<c10d::ProcessGroup>&>())
       .def("prepare", &hook_state::prepare)
