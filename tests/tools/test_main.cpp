@@ -512,6 +512,45 @@ TEST_CASE("cli: topk round trip against the library: exact and approximate, with
   }
 }
 
+TEST_CASE("cli: --own-gradients gives each worker its own input and measures against their mean") {
+  scratch s;
+  const bellows::shape shape{30, 20};
+  constexpr std::size_t workers = 2, steps = 3;
+  const sequence q = write_sequence(s, shape, workers * steps, 70);
+  const json doc = bench_json(s, q.files + "--workers 2 --own-gradients --method identity"
+                                           " --method topk --ratio 0.1 --exchange leader --method topk --ratio 0.1");
+  CHECK(doc["config"]["own_gradients"] == true);
+  CHECK(doc["config"]["steps"] == steps);
+  // identity's average is the mean itself: the same float sums in worker order, then / W
+  for (const double e : doc["methods"][0]["rel_error_per_step"].get<std::vector<double>>()) CHECK(e == 0.0);
+  // the leader's, brute force: worker w holds input t W + w; the error against the workers' mean
+  std::vector<double> want;
+  bellows::collectives::local_group(workers).run([&](bellows::collectives::local& comm) {
+    bellows::topk<> c({.ratio = 0.1, .exchange = bellows::exchange::leader});
+    auto st = c.make_state({0, "g", shape});
+    for (std::size_t t = 0; t < steps; ++t) {
+      std::vector<float> buf = q.grads[t * workers + comm.rank()];
+      (void)c.reduce(st, buf, comm);
+      if (comm.rank() != 0) continue;
+      double diff = 0, norm = 0;
+      for (std::size_t i = 0; i < buf.size(); ++i) {
+        const double mean = (double{q.grads[t * workers][i]} + q.grads[t * workers + 1][i]) / 2;
+        diff += (mean - buf[i]) * (mean - buf[i]);
+        norm += mean * mean;
+      }
+      want.push_back(std::sqrt(diff / norm));
+    }
+  });
+  const auto got = doc["methods"][1]["rel_error_per_step"].get<std::vector<double>>();
+  REQUIRE(got.size() == want.size());
+  for (std::size_t t = 0; t < got.size(); ++t) CHECK(got[t] == doctest::Approx(want[t]).epsilon(1e-6));
+  CHECK(doc["methods"][2]["rel_error"].get<double>() != doc["methods"][1]["rel_error"].get<double>());
+
+  const outcome few = bench(s, q.files + "--workers 8 --own-gradients --method identity");
+  CHECK(few.code == 2);
+  CHECK(few.err.find("8 workers need 8 input gradients per step, got 6") != std::string::npos);
+}
+
 TEST_CASE("cli: randk round trip against the library: shared, per-rank, unbiased") {
   scratch s;
   const bellows::shape shape{1000};

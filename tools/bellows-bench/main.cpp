@@ -68,6 +68,7 @@ struct options {
   std::string feedback;
   std::size_t steps = 0;  // 0: one step per input gradient
   std::size_t workers = 1;
+  bool own_gradients = false;
   std::size_t repeats = 5;
   std::string backend = "cpu";
   unsigned threads = 0;
@@ -132,6 +133,9 @@ void add_global_options(CLI::App& app, options& o) {
                  "one rank's")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1024}))
       ->capture_default_str();
+  app.add_flag("--own-gradients", o.own_gradients,
+               "each worker holds its own gradient: at step t worker w replays input t W + w (give W inputs "
+               "per step), and the error is measured against the workers' exact mean");
   app.add_option("--repeats", o.repeats,
                  "at least this many timed calls per method after one warm-up call; the time is their median")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1000000}))
@@ -343,7 +347,12 @@ int run(int argc, char** argv) {
 
   run_report report;
   report.input = &input;
-  report.settings = {o.steps == 0 ? input.size() : o.steps, o.workers, o.repeats, !o.out.empty()};
+  const std::size_t per_step = o.own_gradients ? o.workers : 1;
+  if (input.size() < per_step)
+    throw usage_error("--own-gradients: " + std::to_string(o.workers) + " workers need " + std::to_string(per_step) +
+                      " input gradients per step, got " + std::to_string(input.size()));
+  report.settings = {o.steps == 0 ? input.size() / per_step : o.steps, o.workers, o.repeats, !o.out.empty(),
+                     o.own_gradients};
   report.backend = o.backend;
   report.threads = exec.threads();
   report.seed = o.seed;

@@ -25,10 +25,17 @@ namespace bellows::tool {
 /// How a method is run.
 struct run_settings {
   std::size_t steps = 1;     ///< calls whose traffic and distortion are measured
-  std::size_t workers = 1;   ///< simulated ranks; each holds the same gradient
+  std::size_t workers = 1;   ///< simulated ranks; each holds the same gradient, unless `own`
   std::size_t repeats = 5;   ///< at least this many timed calls (the run goes on past `steps` if needed)
   bool keep_output = false;  ///< keep the averaged result of the last measured step
+  bool own = false;          ///< each worker its own gradient: worker w at call t replays input t W + w
 };
+
+/// The input gradient of `worker` at `call`.
+[[nodiscard]] inline std::span<const float> input_of(const gradient_set& in, const run_settings& s, std::size_t call,
+                                                     std::size_t worker) {
+  return in.at(s.own ? call * s.workers + worker : call);
+}
 
 /// The number of reduce calls a method makes: one untimed warm-up, then at least `repeats` timed.
 [[nodiscard]] inline std::size_t calls_per_method(const run_settings& s) noexcept {
@@ -38,7 +45,7 @@ struct run_settings {
 /// What a method did, from rank 0's point of view (every rank sends alike and gets the same result).
 struct method_result {
   traffic sent{};                     ///< summed over the measured steps, one rank
-  std::vector<double> rel_error;      ///< per measured step: ||g_t - out_t|| / ||g_t||
+  std::vector<double> rel_error;      ///< per measured step: ||g_t - out_t|| / ||g_t|| (g_t: the workers' mean)
   std::vector<double> cosine;         ///< per measured step
   double cumulative_rel_error = 0.0;  ///< ||sum_t g_t - sum_t out_t|| / ||sum_t g_t||
   std::vector<double> call_seconds;   ///< every timed call: the slowest rank's time
@@ -98,6 +105,9 @@ private:
 /// Runs the compressor that `make(exec)` builds. Each rank builds its own compressor and state, as
 /// the processes of a real job would. Before each call the ranks meet in a one-float allreduce
 /// (outside the timed region), so a call's time is the slowest rank's time from a common start.
+/// With own gradients, a measured call's output is compared with the exact average of the
+/// workers' inputs (summed in worker order, divided by W, in float: what an uncompressed
+/// allreduce gives).
 template <class Make>
 method_result measure(const run_request& req, Make&& make) {
   const run_settings& s = req.settings;
@@ -107,6 +117,7 @@ method_result measure(const run_request& req, Make&& make) {
   res.floor_seconds = bench::stream_read_seconds(req.input.at(0));
   std::vector<std::vector<double>> seconds(s.workers, std::vector<double>(calls - 1));
   tally record(req, res);
+  std::vector<float> mean(s.own ? n : 0);
 
   collectives::local_group group(s.workers);
   group.run([&](collectives::local& comm) {
@@ -117,14 +128,22 @@ method_result measure(const run_request& req, Make&& make) {
     std::vector<float> buf(n);
     float token = 0.0f;
     for (std::size_t call = 0; call < calls; ++call) {
-      const std::span<const float> g = req.input.at(call);
+      const std::span<const float> g = input_of(req.input, s, call, comm.rank());
       std::copy(g.begin(), g.end(), buf.begin());
       comm.allreduce_sum(std::span<float>(&token, 1));
       const bench::stopwatch clock;
       const reduce_result r = compressor.reduce(state, buf, comm);
       const double t = clock.seconds();
       if (call > 0) seconds[comm.rank()][call - 1] = t;
-      if (comm.rank() == 0) record.add(call, g, buf, r);
+      if (comm.rank() != 0) continue;
+      if (!s.own || call >= s.steps) {
+        record.add(call, g, buf, r);
+        continue;
+      }
+      std::ranges::fill(mean, 0.0f);
+      for (std::size_t w = 0; w < s.workers; ++w) cpu::add_into(req.exec, mean, input_of(req.input, s, call, w));
+      cpu::divide(req.exec, mean, static_cast<float>(s.workers));
+      record.add(call, mean, buf, r);
     }
   });
 

@@ -79,6 +79,7 @@ struct figures {
       {"config",
        {{"steps", run.settings.steps},
         {"workers", run.settings.workers},
+        {"own_gradients", run.settings.own},
         {"repeats", run.settings.repeats},
         {"backend", run.backend},
         {"threads", run.threads},
@@ -158,8 +159,9 @@ inline void print_table(std::ostream& out, const run_report& run) {
     for (std::size_t i = 0; i < in.size(); ++i) out << (i ? ", " : "") << in.sources[i] << " (" << in.dtypes[i] << ")";
   out << "; shape " << in.shape.to_string() << ", " << detail::bytes_text(static_cast<double>(in.shape.size()) * 4)
       << " as float32\nrun:   " << s.steps << (s.steps == 1 ? " step, " : " steps, ") << s.workers
-      << (s.workers == 1 ? " worker, " : " workers, ") << run.threads << (run.threads == 1 ? " thread, " : " threads, ")
-      << run.backend << "; time: median of " << calls_per_method(s) - 1 << " calls after a warm-up\n\n";
+      << (s.workers == 1 ? " worker, " : " workers, ") << (s.own ? "each its own gradient, " : "") << run.threads
+      << (run.threads == 1 ? " thread, " : " threads, ") << run.backend << "; time: median of "
+      << calls_per_method(s) - 1 << " calls after a warm-up\n\n";
 
   const bool cumulative = s.steps > 1;
   std::vector<std::vector<std::string>> rows;
