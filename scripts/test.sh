@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs what is missing (Debian 12 packages), checks the formatting of the C++ and CUDA sources
-# (scripts/format.sh --check), configures, builds and runs every test, then the CPU tests again
-# and the emulated CUDA tests under AddressSanitizer + UndefinedBehaviorSanitizer, the threaded
+# (scripts/format.sh --check), configures, builds and runs the tests that need an unsanitized build
+# (CUDA, MPI, the demos, packaging), then the CPU tests and the emulated CUDA tests under
+# AddressSanitizer + UndefinedBehaviorSanitizer (each test executable is built once), the threaded
 # tests (collectives, executor, synchronizer) under ThreadSanitizer, and a short fuzzing run of
 # every decoder of untrusted bytes. CUDA code is compiled when nvcc exists (its tests skip without
 # a GPU). The PyTorch DDP hook's tests (python/test.sh) run beside the sanitizer stages. Exits
@@ -35,22 +36,47 @@ else
   echo "== CUDA: no nvcc, CUDA code not built"
 fi
 
-# The emulated CUDA tests (tests/emulation) build and run in the ASan stage, which checks their
-# kernels' every access too; the main build leaves them out, unless that stage is skipped.
-emulated=OFF
-[ -z "${BELLOWS_QUICK:-}" ] || emulated=ON
-
 stage() { echo "== $1 ($(( $(date +%s) - start ))s so far)"; }
 start=$(date +%s)
 
+sanitizer_configure() {  # name, flags
+  cmake -S "$root" -B "$root/build/$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBELLOWS_BUILD_BENCHMARKS=OFF \
+    -DBELLOWS_BUILD_EXAMPLES=OFF "-DCMAKE_CXX_FLAGS=$2 -fno-omit-frame-pointer" \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >/dev/null
+}
+sanitizer_tests() {  # name, ctest regex, ctest exclusion regex: the tests its stage builds and runs
+  # MPI tests stay out: Open MPI's own allocations would read as leaks.
+  ctest --test-dir "$root/build/$1" -N -LE "packaging|mpi" -R "$2" -E "$3" | sed -n 's/^ *Test *#[0-9]*: //p'
+}
+# Out of the ASan stage, to keep it short: the demos' training runs (fmnist_demo, fmnist_resume,
+# memsgd; 160 s of compiling and 70 s of running under ASan), which the main stage runs, whose
+# library code the library's tests run under ASan and whose own parsing (IDX files,
+# checkpoints) fmnist_idx and the checkpoint tests cover.
+asan_flags="-fsanitize=address,undefined -fno-sanitize-recover=all"
+asan_only="^test_" asan_not="^test_examples_(fmnist_demo|fmnist_resume|memsgd)$"
+
 stage "format (scripts/format.sh --check)"
 "$root/scripts/format.sh" --check
+
+# Every test executable is built and run once: those the ASan stage runs (the emulated CUDA tests,
+# which it checks down to each kernel's access, and the CPU tests but the demos) build there only,
+# and the main build takes the rest: the CUDA tests (nvcc), MPI, the demos, packaging, and
+# bellows-bench's, which needs the examples that the sanitizer builds leave out. With
+# BELLOWS_QUICK (no sanitizer stages) the main build takes every test.
+emulated=ON elsewhere=""
+if [ -z "${BELLOWS_QUICK:-}" ]; then
+  stage "asan: configure (its tests leave the main build)"
+  sanitizer_configure asan "$asan_flags"
+  emulated=OFF
+  elsewhere=$(sanitizer_tests asan "$asan_only" "$asan_not" | paste -sd ';')
+fi
 stage "configure ($build)"
 # -g1 (line tables: what a backtrace and the sanitizers print) builds faster than -g; for nvcc,
 # whose -g hands the host compiler full debug info, by about a quarter of a translation unit.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_CUDA_FLAGS_RELWITHDEBINFO=-O2 -Xcompiler=-g1 -DNDEBUG" \
-  -DBELLOWS_WARNINGS_AS_ERRORS=ON -DBELLOWS_ENABLE_MPI=ON -DBELLOWS_EMULATED_TESTS=$emulated "${cuda_args[@]}"
+  -DBELLOWS_WARNINGS_AS_ERRORS=ON -DBELLOWS_ENABLE_MPI=ON -DBELLOWS_EMULATED_TESTS=$emulated \
+  "-DBELLOWS_TESTS_ELSEWHERE=$elsewhere" "${cuda_args[@]}"
 stage "build"
 cmake --build "$build" -j "$jobs"
 stage "test"
@@ -75,29 +101,20 @@ python_pid=$!
 trap 'pkill -P "$python_pid" 2>/dev/null; kill "$python_pid" 2>/dev/null || true' EXIT
 
 sanitize() {  # name, flags, ctest regex, ctest exclusion regex
-  local dir="$root/build/$1"
   stage "$1: configure and build"
-  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBELLOWS_BUILD_BENCHMARKS=OFF \
-    -DBELLOWS_BUILD_EXAMPLES=OFF "-DCMAKE_CXX_FLAGS=$2 -fno-omit-frame-pointer" \
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >/dev/null
+  sanitizer_configure "$1" "$2"
   local targets
-  # MPI tests stay out: Open MPI's own allocations would read as leaks. The emulated CUDA tests
-  # run under ASan (their fibers tell it when they switch stacks), so a kernel's read or write
-  # past a device buffer is caught here.
-  targets=$(ctest --test-dir "$dir" -N -LE "packaging|mpi" -R "$3" -E "$4" | sed -n 's/^ *Test *#[0-9]*: //p')
+  targets=$(sanitizer_tests "$1" "$3" "$4")
   # shellcheck disable=SC2086
-  cmake --build "$dir" -j "$jobs" --target $targets
+  cmake --build "$root/build/$1" -j "$jobs" --target $targets
   stage "$1: test"
-  ctest --test-dir "$dir" -j "$jobs" --output-on-failure -LE "packaging|mpi" -R "$3" -E "$4"
+  ctest --test-dir "$root/build/$1" -j "$jobs" --output-on-failure -LE "packaging|mpi" -R "$3" -E "$4"
 }
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-# Out of the ASan stage, to keep it short: the demos' training runs (fmnist_demo, fmnist_resume,
-# memsgd; 160 s of compiling and 70 s of running under ASan), which the main stage runs, whose
-# library code the library's tests run under ASan and whose own parsing (IDX files,
-# checkpoints) fmnist_idx and the checkpoint tests cover.
-sanitize asan "-fsanitize=address,undefined -fno-sanitize-recover=all" "^test_" \
-  "^test_examples_(fmnist_demo|fmnist_resume|memsgd)$"
+# The emulated CUDA tests run under ASan (their fibers tell it when they switch stacks), so a
+# kernel's read or write past a device buffer is caught here.
+sanitize asan "$asan_flags" "$asan_only" "$asan_not"
 sanitize tsan "-fsanitize=thread" "^test_(collectives|cpu_executor|sync|regime)" "^$"
 
 stage "python: waiting for the DDP hook's tests ($python_log)"
