@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <bellows/core/error.hpp>
+#include <bellows/plan/exchange.hpp>
 
 #include "idx.hpp"
 #include "report.hpp"
@@ -40,6 +41,9 @@ inline constexpr const char* options_usage =
     "  --powersgd-high R  PowerSGD high rank (1)\n"
     "  --topk-low X       top-k low level: ratio of elements kept (0.99)\n"
     "  --topk-high X      top-k high level (0.1)\n"
+    "  --exchange E       how the top-k runs' ranks average: gather (every rank's payload to every\n"
+    "                     rank) or leader (one rank's indices per step, their values summed) (gather)\n"
+    "  --workers N        data-parallel workers (4); fmnist_mpi takes the number of MPI ranks\n"
     "  --level-change C   what a layer's state does when Accordion switches it: keep (its error\n"
     "                     memory, PowerSGD's shared query columns) or reset (memory zero, query\n"
     "                     drawn afresh, as the Accordion authors' code does) (keep)\n"
@@ -118,6 +122,12 @@ inline std::vector<run_spec> runs_of(const std::string& list, std::size_t powers
   return runs;
 }
 
+inline bellows::exchange exchange_of(const std::string& text) {
+  for (const bellows::exchange x : {bellows::exchange::gather, bellows::exchange::leader})
+    if (text == bellows::to_string(x)) return x;
+  throw usage_error("--exchange: '" + text + "' is neither gather nor leader");
+}
+
 inline bellows::level_change level_change_of(const std::string& text) {
   for (const bellows::level_change c : {bellows::level_change::keep, bellows::level_change::reset})
     if (text == bellows::to_string(c)) return c;
@@ -169,7 +179,7 @@ inline command parse(int argc, char** argv, const std::function<bool(std::string
     } else if (arg == "--epochs" || arg == "--seeds" || arg == "--runs" || arg == "--interval" || arg == "--eta" ||
                arg == "--lr" || arg == "--train-images" || arg == "--test-images" || arg == "--epoch-images" ||
                arg == "--powersgd-low" || arg == "--powersgd-high" || arg == "--topk-low" || arg == "--topk-high" ||
-               arg == "--momentum" || arg == "--level-change") {
+               arg == "--momentum" || arg == "--level-change" || arg == "--exchange" || arg == "--workers") {
       given.emplace_back(arg, value_of(i, argc, argv));
     } else if (!other || !other(arg, i)) {
       throw usage_error("unknown option '" + std::string(arg) + "'");
@@ -198,6 +208,10 @@ inline command parse(int argc, char** argv, const std::function<bool(std::string
       config.train.momentum = real_of(value, option.c_str());
     } else if (name == "--level-change") {
       config.level_change = level_change_of(value);
+    } else if (name == "--exchange") {
+      config.topk_exchange = exchange_of(value);
+    } else if (name == "--workers") {
+      config.train.workers = count_of(value, option.c_str());
     } else if (name == "--epoch-images") {
       config.train.epoch_limit = count_of(value, option.c_str());
     } else if (name == "--epochs") {

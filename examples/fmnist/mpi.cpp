@@ -7,6 +7,7 @@
 // weights, accuracies and Accordion decisions bit for bit; --sum-order library uses MPI_Allreduce.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -47,6 +48,8 @@ int run(int argc, char** argv, int rank) {
       return 0;
     }
     if (parsed.ablation) throw fmnist::cli::usage_error("--ablation runs on threads: use fmnist_demo");
+    if (std::find(argv + 1, argv + argc, std::string_view("--workers")) != argv + argc)
+      throw fmnist::cli::usage_error("--workers: fmnist_mpi trains one worker per rank; set them with mpirun -np");
     bellows::collectives::mpi comm(MPI_COMM_WORLD, order);
     fmnist::cli::command c = parsed;
     c.config.train.workers = comm.size();

@@ -209,6 +209,8 @@ inline void write_text(const std::filesystem::path& path, std::string_view text)
                       config.accordion.interval == 1 ? "" : "s", static_cast<double>(config.accordion.eta),
                       bellows::to_string(config.level_change));
   for (const std::uint64_t seed : config.seeds) s += detail::format(" %llu", static_cast<unsigned long long>(seed));
+  if (config.topk_exchange != bellows::exchange::gather)
+    s += detail::format("; top-k exchange %s", std::string(bellows::to_string(config.topk_exchange)).c_str());
   return s;
 }
 
@@ -336,7 +338,11 @@ inline void write_results_json(const std::filesystem::path& path, const comparis
     s += (i ? ", " : "") + std::to_string(config.powersgd_low_ranks[i]);
   s += format("], \"high_rank\": %zu}", config.powersgd_high_rank);
   s += ", \"topk\": {\"low_ratio\": " + json_number(config.topk_low_ratio) +
-       ", \"high_ratio\": " + json_number(config.topk_high_ratio) + "}},\n  \"layers\": [";
+       ", \"high_ratio\": " + json_number(config.topk_high_ratio);
+  // Named where it is not gather, so that the results of gather runs keep their bytes.
+  if (config.topk_exchange != bellows::exchange::gather)
+    s += ", \"exchange\": " + json_string(bellows::to_string(config.topk_exchange));
+  s += "}},\n  \"layers\": [";
   const std::vector<bellows::layer_info> layers =
       results.empty() ? std::vector<bellows::layer_info>{} : results.front().layers;
   for (std::size_t id = 0; id < layers.size(); ++id) {

@@ -32,6 +32,7 @@
 #include <bellows/compressors/topk.hpp>
 #include <bellows/core/error.hpp>
 #include <bellows/cpu/executor.hpp>
+#include <bellows/plan/exchange.hpp>
 #include <bellows/regime/accordion.hpp>
 #include <bellows/regime/static_policy.hpp>
 #include <bellows/sync/synchronizer.hpp>
@@ -117,6 +118,9 @@ struct comparison_config {
   std::size_t powersgd_high_rank = 1;
   double topk_low_ratio = 0.99;
   double topk_high_ratio = 0.1;
+  /// How the top-k runs' ranks average: gather (every rank's payload to every rank) or leader
+  /// (one rank's indices per step, docs/spec.md#top-k-leader).
+  bellows::exchange topk_exchange = bellows::exchange::gather;
   bellows::accordion_params accordion{};
   /// What a layer's compressor state does when Accordion switches its level.
   bellows::level_change level_change = bellows::level_change::keep;
@@ -144,8 +148,11 @@ struct comparison_config {
     const std::string high = psgd ? std::to_string(powersgd_high_rank) : number(topk_high_ratio);
     std::string s = psgd ? "PowerSGD " : "top-k ";
     const std::string unit = psgd ? "rank " : "ratio ";
-    if (r.when == policy::accordion) return s + "Accordion (" + unit + low + " ↔ " + high + ")";
-    return s + (r.when == policy::static_low ? "static low (" + unit + low : "static high (" + unit + high) + ")";
+    // The exchange is named where it is not the default, so the labels of gather runs stay.
+    const std::string by =
+        psgd || topk_exchange == bellows::exchange::gather ? "" : ", " + std::string(to_string(topk_exchange));
+    if (r.when == policy::accordion) return s + "Accordion (" + unit + low + " ↔ " + high + by + ")";
+    return s + (r.when == policy::static_low ? "static low (" + unit + low : "static high (" + unit + high) + by + ")";
   }
 
   /// Raises bellows::error naming the bad value.
@@ -366,8 +373,8 @@ std::vector<run_result> run_comparison(const dataset& data, const comparison_con
         d.powersgd = spec.how == method::powersgd;
         d.powersgd_low = {.rank = config.powersgd_low_ranks.at(spec.pair)};
         d.powersgd_high = {.rank = config.powersgd_high_rank};
-        d.topk_low = {.ratio = config.topk_low_ratio};
-        d.topk_high = {.ratio = config.topk_high_ratio};
+        d.topk_low = {.ratio = config.topk_low_ratio, .exchange = config.topk_exchange};
+        d.topk_high = {.ratio = config.topk_high_ratio, .exchange = config.topk_exchange};
         if (spec.when == policy::accordion) d.accordion = config.accordion;
         d.fixed = static_regime(spec.when);
         run([&] { return device_averaging(d); });
@@ -383,8 +390,8 @@ std::vector<run_result> run_comparison(const dataset& data, const comparison_con
         run_levels(bellows::powersgd<>({.rank = config.powersgd_low_ranks.at(spec.pair)}, exec),
                    bellows::powersgd<>({.rank = config.powersgd_high_rank}, exec));
       else
-        run_levels(bellows::topk<>({.ratio = config.topk_low_ratio}, exec),
-                   bellows::topk<>({.ratio = config.topk_high_ratio}, exec));
+        run_levels(bellows::topk<>({.ratio = config.topk_low_ratio, .exchange = config.topk_exchange}, exec),
+                   bellows::topk<>({.ratio = config.topk_high_ratio, .exchange = config.topk_exchange}, exec));
     }
   }
   return results;

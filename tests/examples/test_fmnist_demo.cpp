@@ -316,6 +316,57 @@ TEST_CASE("fmnist demo: the command line sets the levels, momentum, level change
                        bellows::error);
 }
 
+TEST_CASE("fmnist demo: --exchange leader trains top-k by one rank's indices, recorded in results.json") {
+  const auto parse = [](std::vector<std::string> args) {
+    args.insert(args.begin(), "fmnist_demo");
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    return fmnist::cli::parse(static_cast<int>(argv.size()), argv.data());
+  };
+  const fmnist::cli::command c = parse({"--exchange", "leader", "--workers", "8"});
+  CHECK(c.config.topk_exchange == bellows::exchange::leader);
+  CHECK(c.config.train.workers == 8);
+  CHECK(c.config.label({fmnist::method::topk, fmnist::policy::static_high}) == "top-k static high (ratio 0.1, leader)");
+  CHECK(c.config.label({fmnist::method::powersgd, fmnist::policy::static_high}) == "PowerSGD static high (rank 1)");
+  CHECK(parse({}).config.topk_exchange == bellows::exchange::gather);
+  CHECK_THROWS_WITH_AS(parse({"--exchange", "scatter"}), doctest::Contains("'scatter' is neither gather nor leader"),
+                       fmnist::cli::usage_error);
+  CHECK_THROWS_WITH_AS(parse({"--workers", "two"}), doctest::Contains("--workers: not a whole number"),
+                       fmnist::cli::usage_error);
+
+  const fmnist::dataset* data = fmnist::testing::real_data();
+  if (data == nullptr) return;
+  // One worker leads every step with its own top-k: the gather run's bits. Two workers take
+  // turns, and each step keeps the leader's indices only: other weights.
+  const auto final_weights = [&](std::size_t workers, bellows::exchange x) {
+    fmnist::comparison_config config =
+        fmnist::testing::small_comparison(2, 256, {{fmnist::method::topk, fmnist::policy::static_high}});
+    config.train.workers = workers;
+    config.topk_exchange = x;
+    const std::vector<fmnist::run_result> results = fmnist::run_comparison(*data, config);
+    REQUIRE(results.size() == 1);
+    for (const fmnist::epoch_record& e : results[0].epochs) {
+      CHECK(e.report.skipped_steps == 0);
+      CHECK(e.report.test_accuracy > 0.1);  // above chance
+    }
+    return results[0].weights;
+  };
+  CHECK(final_weights(1, bellows::exchange::leader) == final_weights(1, bellows::exchange::gather));
+  CHECK(final_weights(2, bellows::exchange::leader) != final_weights(2, bellows::exchange::gather));
+
+  fmnist::comparison_config config =
+      fmnist::testing::small_comparison(1, 128, {{fmnist::method::topk, fmnist::policy::static_high}});
+  config.topk_exchange = bellows::exchange::leader;
+  const auto dir = std::filesystem::temp_directory_path() / "bellows_fmnist_leader_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  fmnist::write_results_json(dir / "results.json", config, *data, fmnist::run_comparison(*data, config));
+  const nlohmann::json j = nlohmann::json::parse(read_text(dir / "results.json"));
+  CHECK(j["config"]["topk"]["exchange"] == "leader");
+  CHECK(j["runs"][0]["label"] == "top-k static high (ratio 0.1, leader)");
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("fmnist demo: the ablation trains every group and tabulates each pair against its static low") {
   const fmnist::dataset* data = fmnist::testing::real_data();
   if (data == nullptr) return;
