@@ -62,7 +62,8 @@ concept Collective = requires(C& c, const C& cc, std::span<float> values, std::s
 ///  2. As every operation (Collective 4): every rank calls it in the same order, and a failure
 ///     on one rank makes the others throw. A call whose sizes do not fit its blocks raises
 ///     bellows::error before anything is sent (check_alltoall_blocks, core/gather_buffer.hpp).
-/// Models: collectives::local, collectives::mpi, collectives::counting over one of them.
+/// Models: collectives::local, collectives::mpi, collectives::nccl, collectives::staged and
+/// collectives::counting over one of them.
 template <class C>
 concept AlltoallCollective = Collective<C> &&
     requires(C& c, std::span<const std::byte> blocks, std::span<const std::size_t> sizes, gather_buffer& out) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The NCCL collective on one rank per visible device (threads of this process; three on the CUDA
-// emulation): sums and variable-size gathers from host and device memory against what each rank
-// sent.
+// emulation): sums, variable-size gathers and alltoalls from host and device memory against what
+// each rank sent.
 #include <bellows/collectives/nccl.cuh>
 
 #include <doctest/doctest.h>
@@ -11,18 +11,19 @@
 #include <cstdint>
 #include <vector>
 
+#include "../support/alltoall_blocks.hpp"
 #include "device_test.cuh"
 #include "nccl_ranks.cuh"
 
 namespace {
 
 struct rank_result {
-  bool reduced_device = false, reduced_host = false, gathered = false, slots = false;
+  bool reduced_device = false, reduced_host = false, gathered = false, slots = false, alltoall = false;
 };
 
 }  // namespace
 
-TEST_CASE("nccl collective: allreduce_sum and allgather, from host and device memory" *
+TEST_CASE("nccl collective: allreduce_sum, allgather and alltoall, from host and device memory" *
           doctest::skip(bellows::test::no_device())) {
   const std::size_t w = static_cast<std::size_t>(bellows::cuda::device_count());
   std::vector<rank_result> results(w);
@@ -62,11 +63,24 @@ TEST_CASE("nccl collective: allreduce_sum and allgather, from host and device me
     for (std::size_t q = 0; q < w; ++q)
       for (std::size_t i = 0; i <= q; ++i) same = same && all[q * slot + i] == static_cast<std::byte>(q + 5);
     out.slots = same;
+
+    // Two alltoalls (blocks of 0 to 6 bytes, tests/support/alltoall_blocks.hpp), from host memory
+    // and then from device memory, into the same buffer.
+    same = true;
+    for (std::size_t round = 0; round < 2; ++round) {
+      const bellows::testing::alltoall_send send(r, w, round);
+      bellows::test::device_array<std::byte> d_send(send.blocks);
+      coll.alltoall(round == 0 ? std::span<const std::byte>(send.blocks) : std::span<const std::byte>(d_send.span()),
+                    send.sizes, got);
+      same = same && bellows::testing::alltoall_received(got, r, w, round);
+    }
+    out.alltoall = same;
   });
   for (const rank_result& r : results) {
     CHECK(r.reduced_device);
     CHECK(r.reduced_host);
     CHECK(r.gathered);
     CHECK(r.slots);
+    CHECK(r.alltoall);
   }
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // collectives::staged<local>: the local collective's threads exchanging device memory through
-// host buffers. Its sums and gathers are the local collective's bit for bit, host memory passes
+// host buffers. Its sums, gathers and alltoalls are the local collective's bit for bit, host memory passes
 // straight through, and misuse is refused. (The device Synchronizer over it runs as the CPU's:
 // tests/cuda/test_synchronizer.cu.)
 #include <bellows/collectives/local.hpp>
@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../support/alltoall_blocks.hpp"
 #include "../support/random.hpp"
 #include "device_test.cuh"
 
@@ -73,6 +74,15 @@ TEST_CASE("cuda staged: the local collective's sums and gathers, for device and 
               for (std::size_t r = 0; r < ranks; ++r)
                 ok &= out.block(r).size() == r + n &&
                       (r + n == 0 || out.block(r)[r + n - 1] == static_cast<std::byte>(r + 1));
+              // alltoall blocks of 0 to 6 bytes from device memory, then from host memory
+              for (std::size_t round = 0; round < 2; ++round) {
+                const bellows::testing::alltoall_send send(rank, ranks, round + n);
+                bellows::test::device_array<std::byte> d_send(send.blocks);
+                coll.alltoall(round == 0 ? std::span<const std::byte>(d_send.span())
+                                         : std::span<const std::byte>(send.blocks),
+                              send.sizes, out);
+                ok &= bellows::testing::alltoall_received(out, rank, ranks, round + n);
+              }
               // a payload larger than its slot (here on every rank) is refused before anything moves
               if (n > 0) {
                 try {

@@ -24,6 +24,7 @@
 #include <numeric>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -444,4 +445,65 @@ TEST_CASE("emulated NCCL: argument errors, and ranks that disagree, are reported
   CHECK(ncclCommInitAll(comms.data(), 0, nullptr) == ncclInvalidArgument);
   CHECK(std::string_view(ncclGetErrorString(ncclInvalidUsage)) == "invalid usage");
   (void)cudaFree(d);
+}
+
+TEST_CASE("emulated NCCL: grouped sends and receives, in order per pair, to any rank and to itself") {
+  // Rank a sends rank b two messages, of (a + b) % 3 and 5 bytes (some empty), in one group with
+  // its receives; each message's bytes are a value of (from, to, message, byte).
+  const auto size = [](std::size_t a, std::size_t b, std::size_t m) { return m == 0 ? (a + b) % 3 : std::size_t{5}; };
+  const auto byte = [](std::size_t a, std::size_t b, std::size_t m, std::size_t k) {
+    return static_cast<std::uint8_t>(a * 40 + b * 11 + m * 7 + k);
+  };
+  std::array<std::size_t, 3> wrong{};
+  std::array<ncclResult_t, 3> ended{};
+  on_three_ranks([&](int r, ncclComm_t comm) {
+    const auto me = static_cast<std::size_t>(r);
+    std::vector<std::uint8_t*> buffers;
+    std::vector<std::pair<std::uint8_t*, std::vector<std::uint8_t>>> expected;
+    std::size_t failed = ncclGroupStart() != ncclSuccess;
+    for (std::size_t m = 0; m < 2; ++m)
+      for (std::size_t peer = 0; peer < 3; ++peer) {
+        std::vector<std::uint8_t> out(size(me, peer, m)), in(size(peer, me, m)), want(in.size());
+        for (std::size_t k = 0; k < out.size(); ++k) out[k] = byte(me, peer, m, k);
+        for (std::size_t k = 0; k < in.size(); ++k) want[k] = byte(peer, me, m, k);
+        std::uint8_t* d_out = to_device(out);
+        std::uint8_t* d_in = to_device(std::vector<std::uint8_t>(in.size() + 1, 0xEE));
+        buffers.insert(buffers.end(), {d_out, d_in});
+        failed += ncclSend(d_out, out.size(), ncclUint8, static_cast<int>(peer), comm, nullptr) != ncclSuccess;
+        failed += ncclRecv(d_in, in.size(), ncclUint8, static_cast<int>(peer), comm, nullptr) != ncclSuccess;
+        want.push_back(0xEE);  // nothing past the message is written
+        expected.emplace_back(d_in, want);
+      }
+    ended[me] = ncclGroupEnd();
+    for (const auto& [d, want] : expected) failed += from_device(d, want.size()) != want;
+    for (std::uint8_t* d : buffers) (void)cudaFree(d);
+    wrong[me] = failed;
+  });
+  CHECK(ended == std::array<ncclResult_t, 3>{});
+  CHECK(wrong == std::array<std::size_t, 3>{});
+}
+
+TEST_CASE("emulated NCCL: sends and receives that do not pair up, or outside a group, are refused") {
+  std::array<std::array<ncclResult_t, 5>, 3> results{};
+  on_three_ranks([&](int r, ncclComm_t comm) {
+    const auto q = static_cast<std::size_t>(r);
+    std::uint8_t* d = to_device(std::vector<std::uint8_t>(8));
+    results[q][0] = ncclSend(d, 8, ncclUint8, (r + 1) % 3, comm, nullptr);  // no group
+    // every rank sends 8 bytes to the next, but rank 0 expects 4 from rank 2: all are told
+    (void)ncclGroupStart();
+    (void)ncclSend(d, 8, ncclUint8, (r + 1) % 3, comm, nullptr);
+    (void)ncclRecv(d, r == 0 ? 4 : 8, ncclUint8, (r + 2) % 3, comm, nullptr);
+    results[q][1] = ncclGroupEnd();
+    (void)ncclGroupStart();
+    results[q][2] = ncclSend(d, 8, ncclUint8, 3, comm, nullptr);                // no rank 3
+    results[q][3] = ncclAllReduce(d, d, 2, ncclFloat, ncclSum, comm, nullptr);  // a collective in a group
+    results[q][4] = ncclGroupEnd();                                             // nothing queued: returns at once
+    (void)cudaFree(d);
+  });
+  for (std::size_t r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CHECK(results[r] == std::array<ncclResult_t, 5>{ncclInvalidUsage, ncclInvalidUsage, ncclInvalidArgument,
+                                                    ncclInvalidUsage, ncclSuccess});
+  }
+  CHECK(ncclGroupEnd() == ncclInvalidUsage);  // no group open
 }

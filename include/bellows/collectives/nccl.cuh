@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "bellows/concepts.hpp"
@@ -122,7 +124,75 @@ public:
     BELLOWS_NCCL_CHECK(ncclAllGather(send, slots.data(), slot, ncclUint8, comm_, stream_));
   }
 
+  /// The AlltoallCollective's exchange into host memory (concepts.hpp): the sizes first, one
+  /// number to each rank, then the blocks, each pair's by ncclSend / ncclRecv grouped into one
+  /// call (this rank's own block is copied on the stream), copied out into `out`. `blocks` may be
+  /// host or device memory. Waits for the stream twice (the sizes decide the layout).
+  void alltoall(std::span<const std::byte> blocks, std::span<const std::size_t> sizes, gather_buffer& out) {
+    const std::size_t w = size_;
+    check_alltoall_blocks("nccl alltoall", blocks, sizes, w);
+    // counts: what this rank sends each rank, then what each rank sends this one
+    auto* counts = reinterpret_cast<std::uint64_t*>(counts_.fit(2 * w * sizeof(std::uint64_t), stream_));
+    std::vector<std::uint64_t>& host = counts_host_;
+    host.resize(2 * w);
+    for (std::size_t r = 0; r < w; ++r) host[r] = sizes[r];
+    BELLOWS_CUDA_CHECK(
+        cudaMemcpyAsync(counts, host.data(), w * sizeof(std::uint64_t), cudaMemcpyHostToDevice, stream_));
+    pairwise([&](std::size_t r) {
+      return std::pair{ncclSend(counts + r, 1, ncclUint64, static_cast<int>(r), comm_, stream_),
+                       ncclRecv(counts + w + r, 1, ncclUint64, static_cast<int>(r), comm_, stream_)};
+    });
+    BELLOWS_CUDA_CHECK(
+        cudaMemcpyAsync(host.data() + w, counts + w, w * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, stream_));
+    BELLOWS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    host[w + rank_] = sizes[rank_];
+    std::size_t in = 0;
+    for (std::size_t r = 0; r < w; ++r) in += sizes_[r] = static_cast<std::size_t>(host[w + r]);
+    out.resize(sizes_);
+    const std::byte* send = blocks.data();
+    if (!blocks.empty() && !cuda::on_device(send)) {
+      std::byte* d = staging_.fit(blocks.size(), stream_);
+      BELLOWS_CUDA_CHECK(cudaMemcpyAsync(d, send, blocks.size(), cudaMemcpyHostToDevice, stream_));
+      send = d;
+    }
+    std::byte* recv = gathered_.fit(in, stream_);
+    // offsets of the blocks sent to, and received from, each rank
+    const auto offset = [](auto first, std::size_t r) { return std::accumulate(first, first + r, std::size_t{0}); };
+    pairwise([&](std::size_t r) {
+      const ncclResult_t sent = sizes[r] == 0 ? ncclSuccess
+                                              : ncclSend(send + offset(sizes.begin(), r), sizes[r], ncclUint8,
+                                                         static_cast<int>(r), comm_, stream_);
+      const ncclResult_t got = sizes_[r] == 0 ? ncclSuccess
+                                              : ncclRecv(recv + offset(sizes_.begin(), r), sizes_[r], ncclUint8,
+                                                         static_cast<int>(r), comm_, stream_);
+      return std::pair{sent, got};
+    });
+    if (sizes[rank_] != 0)
+      BELLOWS_CUDA_CHECK(cudaMemcpyAsync(recv + offset(sizes_.begin(), rank_), send + offset(sizes.begin(), rank_),
+                                         sizes[rank_], cudaMemcpyDeviceToDevice, stream_));
+    for (std::size_t r = 0; r < w; ++r)
+      if (sizes_[r] != 0)
+        BELLOWS_CUDA_CHECK(cudaMemcpyAsync(out.block(r).data(), recv + offset(sizes_.begin(), r), sizes_[r],
+                                           cudaMemcpyDeviceToHost, stream_));
+    BELLOWS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
 private:
+  /// One NCCL group holding `calls(r)`'s send and receive for every other rank r; the group is
+  /// closed even when a call in it fails, and the first failure raised after.
+  template <class Calls>
+  void pairwise(Calls calls) {
+    BELLOWS_NCCL_CHECK(ncclGroupStart());
+    ncclResult_t first = ncclSuccess;
+    for (std::size_t r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const auto [sent, got] = calls(r);
+      if (first == ncclSuccess) first = sent != ncclSuccess ? sent : got;
+    }
+    BELLOWS_NCCL_CHECK(ncclGroupEnd());
+    BELLOWS_NCCL_CHECK(first);
+  }
+
   ncclComm_t comm_;
   cudaStream_t stream_;
   std::size_t rank_ = 0, size_ = 0;
@@ -131,6 +201,6 @@ private:
   cuda::device_buffer<std::byte> staging_, counts_, gathered_;
 };
 
-static_assert(Collective<nccl>, "collectives::nccl must model Collective");
+static_assert(AlltoallCollective<nccl>, "collectives::nccl must model AlltoallCollective");
 
 }  // namespace bellows::collectives

@@ -66,6 +66,12 @@ public:
     }
   }
 
+  /// Inner's alltoall into host memory (where Inner has one); `blocks` may be device memory (staged).
+  void alltoall(std::span<const std::byte> blocks, std::span<const std::size_t> sizes,
+                gather_buffer& out) requires AlltoallCollective<Inner> {
+    inner_->alltoall(host_copy(blocks), sizes, out);
+  }
+
 private:
   /// `bytes` readable on the host: itself, or a copy of device memory.
   std::span<const std::byte> host_copy(std::span<const std::byte> bytes) {
@@ -89,5 +95,7 @@ private:
 };
 
 static_assert(DeviceCollective<staged<archetypes::collective>>, "collectives::staged must model DeviceCollective");
+static_assert(!AlltoallCollective<staged<archetypes::collective>>,
+              "collectives::staged offers alltoall only where its inner collective has it");
 
 }  // namespace bellows::collectives
