@@ -19,4 +19,4 @@ rm -rf "$site"
 cd "$root/python/tests"
 PYTHONPATH=$site "$py" -m unittest -v test_hook_vs_direct test_powersgd_vs_torch test_hook_non_finite \
   test_state_dict test_mixed_precision test_overlap test_resume test_cnn_floor \
-  test_cnn_quick
+  test_cnn_quick test_process_group_alltoall

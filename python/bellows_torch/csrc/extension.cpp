@@ -42,7 +42,8 @@ namespace py = pybind11;
 /// A c10d process group as a bellows Collective. Every call waits for its work (the hook's
 /// asynchrony is one worker thread above this, see State in __init__.py). allgather gathers the
 /// block sizes first, then blocks padded to the largest: two process-group calls; allgather_slots,
-/// for blocks of one size (a bucket's payloads), one. calls() counts them all.
+/// for blocks of one size (a bucket's payloads), one; alltoall, the sizes and then the blocks by
+/// all_to_all_single with split sizes (alltoall_base): two. calls() counts them all.
 class process_group_collective {
 public:
   explicit process_group_collective(c10::intrusive_ptr<c10d::ProcessGroup> group) : group_(std::move(group)) {}
@@ -100,6 +101,35 @@ public:
     group_->allgather(outs, ins)->wait();
   }
 
+  /// Block j of `blocks` (sizes[j] bytes) to rank j; `out` gets, at block i, what rank i sent
+  /// this rank (bellows::AlltoallCollective).
+  void alltoall(std::span<const std::byte> blocks, std::span<const std::size_t> sizes, bellows::gather_buffer& out) {
+    const std::size_t w = size();
+    bellows::check_alltoall_blocks("bellows_torch: alltoall", blocks, sizes, w);
+    at::Tensor sent = at::empty({static_cast<std::int64_t>(w)}, at::kLong);
+    for (std::size_t r = 0; r < w; ++r) sent.data_ptr<std::int64_t>()[r] = static_cast<std::int64_t>(sizes[r]);
+    at::Tensor got = at::empty({static_cast<std::int64_t>(w)}, at::kLong);
+    std::vector<std::int64_t> even, sent_splits(sent.data_ptr<std::int64_t>(), sent.data_ptr<std::int64_t>() + w);
+    ++calls_;
+    group_->alltoall_base(got, sent, even, even)->wait();
+    std::vector<std::int64_t> got_splits(got.data_ptr<std::int64_t>(), got.data_ptr<std::int64_t>() + w);
+    sizes_.assign(got_splits.begin(), got_splits.end());
+    out.resize(sizes_);
+    std::int64_t total = 0;
+    for (const std::int64_t b : got_splits) total += b;
+    at::Tensor in = blocks.empty() ? at::empty({0}, at::kByte)
+                                   : at::from_blob(const_cast<std::byte*>(blocks.data()),
+                                                   {static_cast<std::int64_t>(blocks.size())}, at::kByte);
+    at::Tensor all = at::empty({total}, at::kByte);
+    ++calls_;
+    group_->alltoall_base(all, in, got_splits, sent_splits)->wait();
+    std::size_t offset = 0;
+    for (std::size_t r = 0; r < w; ++r) {
+      if (sizes_[r] != 0) std::memcpy(out.block(r).data(), all.data_ptr<std::uint8_t>() + offset, sizes_[r]);
+      offset += sizes_[r];
+    }
+  }
+
   [[nodiscard]] std::uint64_t calls() const noexcept { return calls_; }
 
 private:
@@ -108,7 +138,8 @@ private:
   std::uint64_t calls_ = 0;
 };
 
-static_assert(bellows::Collective<process_group_collective>, "the process group adapter must model Collective");
+static_assert(bellows::AlltoallCollective<process_group_collective>,
+              "the process group adapter must model AlltoallCollective");
 
 /// What the Python State passes down: the compressor family, its two levels, the policy.
 struct hook_config {
@@ -565,6 +596,32 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("rebuilds", &hook_state::rebuilds)
       .def("calls", &hook_state::calls);
   m.def("reference", &reference);
+  // The process-group adapter's alltoall on its own, for the tests: blocks[j] (uint8) to rank j,
+  // returns what each rank sent this one, and the process-group calls it made.
+  m.def("alltoall", [](const c10::intrusive_ptr<c10d::ProcessGroup>& group, const std::vector<at::Tensor>& blocks) {
+    process_group_collective coll(group);
+    std::vector<std::size_t> sizes;
+    std::vector<std::byte> bytes;
+    for (const at::Tensor& b : blocks) {
+      const at::Tensor c = b.contiguous();
+      BELLOWS_EXPECTS(c.scalar_type() == at::kByte, "bellows_torch.alltoall: blocks of uint8");
+      const auto* p = reinterpret_cast<const std::byte*>(c.data_ptr<std::uint8_t>());
+      sizes.push_back(static_cast<std::size_t>(c.numel()));
+      bytes.insert(bytes.end(), p, p + c.numel());
+    }
+    bellows::gather_buffer out;
+    {
+      py::gil_scoped_release release;
+      coll.alltoall(bytes, sizes, out);
+    }
+    std::vector<at::Tensor> got;
+    for (std::size_t r = 0; r < out.blocks(); ++r) {
+      at::Tensor t = at::empty({static_cast<std::int64_t>(out.block(r).size())}, at::kByte);
+      if (t.numel() > 0) std::memcpy(t.data_ptr<std::uint8_t>(), out.block(r).data(), out.block(r).size());
+      got.push_back(t);
+    }
+    return std::pair{got, coll.calls()};
+  });
   m.def("default_level", [](const std::string& family) {
     double level = 0;  // identity: no level
     const bool known = bellows::visit_method(bellows::compressor_methods{}, family, [&](auto m) {
