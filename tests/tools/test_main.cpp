@@ -251,10 +251,16 @@ TEST_CASE("cli: --model models a whole model's step per layer and per bucket, be
     CHECK(m["per_bucket"]["modeled_s"].get<double>() < m["per_layer"]["modeled_s"].get<double>());
     CHECK(m["per_bucket"]["modeled_s"].get<double>() <= m["per_bucket"]["modeled_ring_s"].get<double>());
   }
-  const outcome table = bench(s, "--model bert-base --workers 64 --method topk");
+  const outcome table = bench(s, "--model bert-base --workers 64 --method topk --method topk --exchange leader");
   CHECK(table.code == 0);
   CHECK(table.out.find("model: bert-base, 199 tensors, 109482240 parameters") != std::string::npos);
   CHECK(table.out.find("ddp fp32") != std::string::npos);
+  // each method's settings follow its rows, in its order: the two top-k tell apart
+  const std::size_t gather = table.out.find("  ratio 0.01, mode exact, error_feedback residual, exchange gather\n");
+  const std::size_t leader = table.out.find("  ratio 0.01, mode exact, error_feedback residual, exchange leader\n");
+  CHECK(gather != std::string::npos);
+  CHECK(leader != std::string::npos);
+  CHECK(gather < leader);
   const std::pair<std::string, const char*> cases[] = {
       {"--model resnet50", "no method"},
       {"--model resnet50 --method identity --link 30", "--link 30: give LATENCY_US,BANDWIDTH_GBPS"},

@@ -233,8 +233,14 @@ inline void print_table(std::ostream& os, const model_report& r) {
   };
   row("ddp fp32", "per bucket", r.ddp);
   for (const auto& m : r.methods) {
+    // its settings under its rows, so that two of one method (gather and leader) tell apart
+    std::string options;
+    for (const auto& [key, value] : m.params.items())
+      options +=
+          (options.empty() ? "  " : ", ") + key + " " + (value.is_string() ? value.get<std::string>() : value.dump());
     row(m.name, "per layer", m.per_layer);
     row("", "per bucket", m.per_bucket);
+    os << options << '\n';
   }
   os << "modeled: each call by the cheapest of the ring and logarithmic algorithms (ring: every call a ring)\n";
 }
