@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# A 4-node cluster on this machine: 4 network namespaces (bellows-ns0..3, addresses
-# 198.18.0.1..4/24 of the benchmarking range, no route beyond that subnet) joined by veth links
+# An N-node cluster on this machine (4 by default): N network namespaces (bellows-ns0..N-1,
+# addresses 198.18.0.1..N/24 of the benchmarking range, no route beyond that subnet) joined by veth links
 # through one bridge (bellows-br0, no address of its own), each link shaped with tc in both
 # directions. fmnist_mpi runs one rank per namespace over TCP (Open MPI: btl tcp,self; mpirun in
 # bellows-ns0 starts its daemons in the other namespaces through netns_agent.sh instead of ssh),
@@ -9,7 +9,7 @@
 # follows. Namespaces, links and bridge are removed on exit, also on failure or Ctrl-C.
 #
 # Usage (as root; not part of CI):
-#   bench/cluster/run.sh [--build DIR] [--speeds "1gbit 100mbit"] [--delay 2ms]
+#   bench/cluster/run.sh [--build DIR] [--nodes 4] [--speeds "1gbit 100mbit"] [--delay 2ms]
 #                        [--runs uncompressed,powersgd-low,...] [fmnist_mpi options...]
 # DIR holds examples/fmnist_mpi (default build-mpi: cmake -DBELLOWS_ENABLE_MPI=ON
 # -DBELLOWS_BUILD_EXAMPLES=ON, target fmnist_mpi). Other options go to fmnist_mpi; the default is
@@ -23,10 +23,12 @@ build=$root/build-mpi
 speeds="1gbit 100mbit"
 delay=2ms
 runs=uncompressed,powersgd-low,powersgd-high,powersgd-accordion,topk-high,topk-accordion
+nodes=4
 extra=()
 while (($#)); do
   case $1 in
     --build) build=$2; shift 2 ;;
+    --nodes) nodes=$2; shift 2 ;;
     --speeds) speeds=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
@@ -38,8 +40,8 @@ done
 program=$build/examples/fmnist_mpi
 [[ -x $program ]] || { echo "run.sh: no $program; build the target fmnist_mpi with -DBELLOWS_ENABLE_MPI=ON" >&2; exit 1; }
 [[ $(id -u) == 0 ]] || { echo "run.sh: network namespaces need root" >&2; exit 1; }
+[[ $nodes =~ ^[0-9]+$ ]] && ((nodes >= 1 && nodes <= 254)) || { echo "run.sh: --nodes: 1 to 254, not '$nodes'" >&2; exit 1; }
 
-nodes=4
 bridge=bellows-br0
 subnet=198.18.0.0/24
 agent=$root/bench/cluster/netns_agent.sh
@@ -101,7 +103,7 @@ shape() {
   done
 }
 
-hosts=198.18.0.1,198.18.0.2,198.18.0.3,198.18.0.4
+hosts=$(for ((i = 1; i <= nodes; ++i)); do echo "198.18.0.$i"; done | paste -sd ,)
 results=$work/results.tsv
 start=$(date +%s)
 for speed in $speeds; do
