@@ -5,6 +5,8 @@
 //   exact     selection and encoding of g (PayloadCodec::encode; target <= 3.0 x_floor)
 //   residual  the same from m = g + e with the error-memory update (stage + commit; <= 4.5)
 //   reduce    a whole step with residual feedback on one rank (selection, payload, output)
+//   leader    the same step by the cyclic leader's exchange, on its leader (the one rank leads):
+//             memory, selection, index list, values at it, output
 //   nth_element, sort   baselines: |x| copied, then the k-th largest found
 // e.g. --benchmark_filter='topk/(exact|nth_element)/normal/1%/n=2\^24'
 #include <bellows/compressors/topk.hpp>
@@ -20,8 +22,9 @@ namespace {
 
 using bellows::bench::sparse_case;
 
-bellows::topk<> compressor(const sparse_case& c, bellows::feedback memory) {
-  return bellows::topk<>({.ratio = c.ratio, .feedback = memory}, bellows::bench::one_thread());
+bellows::topk<> compressor(const sparse_case& c, bellows::feedback memory,
+                           bellows::exchange how = bellows::exchange::gather) {
+  return bellows::topk<>({.ratio = c.ratio, .feedback = memory, .exchange = how}, bellows::bench::one_thread());
 }
 
 /// |x| into a scratch copy, then the k-th largest of it by nth_element or by a full sort.
@@ -49,6 +52,10 @@ const bool registered = [] {
         [](auto& s, const sparse_case& c) { bellows::bench::feedback_step(s, c, compressor(c, feedback::residual)); }},
        {"reduce",
         [](auto& s, const sparse_case& c) { bellows::bench::reduce_step(s, c, compressor(c, feedback::residual)); }},
+       {"leader",
+        [](auto& s, const sparse_case& c) {
+          bellows::bench::reduce_step(s, c, compressor(c, feedback::residual, bellows::exchange::leader));
+        }},
        {"nth_element", [](auto& s, const sparse_case& c) { baseline(s, c, false); }},
        {"sort", [](auto& s, const sparse_case& c) { baseline(s, c, true); }}});
   return true;
