@@ -47,6 +47,14 @@ fmnist::run_result made_up(fmnist::run_spec spec, std::uint64_t seed, double acc
   return r;
 }
 
+/// fmnist_demo's command line parsed from `args` (the options after the program's name).
+fmnist::cli::command parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "fmnist_demo");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return fmnist::cli::parse(static_cast<int>(argv.size()), argv.data());
+}
+
 }  // namespace
 
 TEST_CASE("fmnist demo: the quick comparison writes every run, seed, epoch and field") {
@@ -284,12 +292,6 @@ TEST_CASE("fmnist demo: the deepest drop after a switch to the high level") {
 }
 
 TEST_CASE("fmnist demo: the command line sets the levels, momentum, level change and images per epoch") {
-  const auto parse = [](std::vector<std::string> args) {
-    args.insert(args.begin(), "fmnist_demo");
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    return fmnist::cli::parse(static_cast<int>(argv.size()), argv.data());
-  };
   const fmnist::cli::command c = parse({"--powersgd-low", "8,2", "--powersgd-high", "2", "--topk-low", "0.5",
                                         "--topk-high", "0.05", "--momentum", "0.8", "--level-change", "reset",
                                         "--epoch-images", "6000", "--runs", "powersgd-accordion-pair2,topk-low"});
@@ -317,12 +319,6 @@ TEST_CASE("fmnist demo: the command line sets the levels, momentum, level change
 }
 
 TEST_CASE("fmnist demo: --exchange leader trains top-k by one rank's indices, recorded in results.json") {
-  const auto parse = [](std::vector<std::string> args) {
-    args.insert(args.begin(), "fmnist_demo");
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    return fmnist::cli::parse(static_cast<int>(argv.size()), argv.data());
-  };
   const fmnist::cli::command c = parse({"--exchange", "leader", "--workers", "8"});
   CHECK(c.config.topk_exchange == bellows::exchange::leader);
   CHECK(c.config.train.workers == 8);
