@@ -21,9 +21,10 @@
 // rank of the communicator: each rank's calls are posted, every rank checks that the j-th send
 // from a to b and the j-th receive at b from a exist together and agree on the bytes, and all
 // get ncclInvalidUsage if any pair does not (NCCL would hang). This emulation asks more than NCCL
-// does: a send or receive outside a group, a group over more than one communicator, or a
-// collective inside a group is ncclInvalidUsage, and every rank with a call in a group must meet
-// every other rank there (a group whose calls leave a rank out waits for it forever).
+// does: a send or receive outside a group, or a collective inside a group, is ncclInvalidUsage on
+// its caller; so is a group over more than one communicator, at its ncclGroupEnd, on that rank
+// alone (the others wait for it); and every rank with a call in a group must meet every other
+// rank there (a group whose calls leave a rank out waits for it forever).
 //
 // What it does not emulate: streams and asynchrony (the call returns when the result is there),
 // other operations than the sum, timeouts and ncclCommAbort: a rank that never arrives leaves the
