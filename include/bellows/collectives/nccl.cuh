@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <numeric>
 #include <span>
 #include <utility>
 #include <vector>
@@ -146,8 +145,14 @@ public:
         cudaMemcpyAsync(host.data() + w, counts + w, w * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, stream_));
     BELLOWS_CUDA_CHECK(cudaStreamSynchronize(stream_));
     host[w + rank_] = sizes[rank_];
-    std::size_t in = 0;
-    for (std::size_t r = 0; r < w; ++r) in += sizes_[r] = static_cast<std::size_t>(host[w + r]);
+    // where the block to, and the block from, each rank starts
+    send_at_.assign(w + 1, 0);
+    recv_at_.assign(w + 1, 0);
+    for (std::size_t r = 0; r < w; ++r) {
+      sizes_[r] = static_cast<std::size_t>(host[w + r]);
+      send_at_[r + 1] = send_at_[r] + sizes[r];
+      recv_at_[r + 1] = recv_at_[r] + sizes_[r];
+    }
     out.resize(sizes_);
     const std::byte* send = blocks.data();
     if (!blocks.empty() && !cuda::on_device(send)) {
@@ -155,25 +160,23 @@ public:
       BELLOWS_CUDA_CHECK(cudaMemcpyAsync(d, send, blocks.size(), cudaMemcpyHostToDevice, stream_));
       send = d;
     }
-    std::byte* recv = gathered_.fit(in, stream_);
-    // offsets of the blocks sent to, and received from, each rank
-    const auto offset = [](auto first, std::size_t r) { return std::accumulate(first, first + r, std::size_t{0}); };
+    std::byte* recv = gathered_.fit(recv_at_[w], stream_);
     pairwise([&](std::size_t r) {
-      const ncclResult_t sent = sizes[r] == 0 ? ncclSuccess
-                                              : ncclSend(send + offset(sizes.begin(), r), sizes[r], ncclUint8,
-                                                         static_cast<int>(r), comm_, stream_);
-      const ncclResult_t got = sizes_[r] == 0 ? ncclSuccess
-                                              : ncclRecv(recv + offset(sizes_.begin(), r), sizes_[r], ncclUint8,
-                                                         static_cast<int>(r), comm_, stream_);
+      const ncclResult_t sent =
+          sizes[r] == 0 ? ncclSuccess
+                        : ncclSend(send + send_at_[r], sizes[r], ncclUint8, static_cast<int>(r), comm_, stream_);
+      const ncclResult_t got =
+          sizes_[r] == 0 ? ncclSuccess
+                         : ncclRecv(recv + recv_at_[r], sizes_[r], ncclUint8, static_cast<int>(r), comm_, stream_);
       return std::pair{sent, got};
     });
     if (sizes[rank_] != 0)
-      BELLOWS_CUDA_CHECK(cudaMemcpyAsync(recv + offset(sizes_.begin(), rank_), send + offset(sizes.begin(), rank_),
-                                         sizes[rank_], cudaMemcpyDeviceToDevice, stream_));
+      BELLOWS_CUDA_CHECK(cudaMemcpyAsync(recv + recv_at_[rank_], send + send_at_[rank_], sizes[rank_],
+                                         cudaMemcpyDeviceToDevice, stream_));
     for (std::size_t r = 0; r < w; ++r)
       if (sizes_[r] != 0)
-        BELLOWS_CUDA_CHECK(cudaMemcpyAsync(out.block(r).data(), recv + offset(sizes_.begin(), r), sizes_[r],
-                                           cudaMemcpyDeviceToHost, stream_));
+        BELLOWS_CUDA_CHECK(
+            cudaMemcpyAsync(out.block(r).data(), recv + recv_at_[r], sizes_[r], cudaMemcpyDeviceToHost, stream_));
     BELLOWS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
@@ -197,6 +200,7 @@ private:
   cudaStream_t stream_;
   std::size_t rank_ = 0, size_ = 0;
   std::vector<std::size_t> sizes_;
+  std::vector<std::size_t> send_at_, recv_at_;  // alltoall's block offsets
   std::vector<std::uint64_t> counts_host_;
   cuda::device_buffer<std::byte> staging_, counts_, gathered_;
 };
