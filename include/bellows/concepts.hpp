@@ -62,6 +62,10 @@ concept Collective = requires(C& c, const C& cc, std::span<float> values, std::s
 ///  2. As every operation (Collective 4): every rank calls it in the same order, and a failure
 ///     on one rank makes the others throw. A call whose sizes do not fit its blocks raises
 ///     bellows::error before anything is sent (check_alltoall_blocks, core/gather_buffer.hpp).
+///  3. Optionally `c.alltoall_slots(blocks, slots, slot)`: W blocks of `slot` bytes each, block j
+///     for rank j; afterwards what rank i sent lies at byte i * slot of `slots`. Where it exists
+///     the scatter exchange uses it (core/slotted_calls.hpp), in one call where alltoall may make
+///     two (bellows_torch's process group).
 /// Models: collectives::local, collectives::mpi, collectives::nccl, collectives::staged and
 /// collectives::counting over one of them.
 template <class C>

@@ -54,7 +54,7 @@ void check_phases(Make make) {
       want[comm.rank()] = bellows::test::run_layers<host_array>(c, exec, comm, layers, false, steps);
       bellows::collectives::counting<local> counted(comm);
       got[comm.rank()] = bellows::test::run_layers<host_array>(c, exec, counted, layers, true, steps);
-      calls[comm.rank()] = counted.allreduce().calls + counted.allgather().calls;
+      calls[comm.rank()] = counted.total().calls;
     });
     std::set<std::pair<std::size_t, bellows::collective_op>> rounds;
     {
@@ -138,6 +138,18 @@ TEST_CASE("phases: the allgather codecs over one bucket equal each layer's reduc
   }
   SUBCASE("signsgd") {
     check_phases([](bellows::cpu::executor& exec) { return bellows::signsgd<>({}, exec); });
+  }
+  SUBCASE("qsgd and signsgd by the scatter exchange") {
+    for (const bool owner : {false, true}) {
+      CAPTURE(owner);
+      check_phases([&](bellows::cpu::executor& exec) {
+        return bellows::qsgd<>({.bits = 4, .bucket = 64, .exchange = bellows::exchange::scatter, .owner_memory = owner},
+                               exec);
+      });
+    }
+    check_phases([](bellows::cpu::executor& exec) {
+      return bellows::signsgd<>({.bucket = 16, .exchange = bellows::exchange::scatter}, exec);
+    });
   }
   SUBCASE("top-k: small layers switch to an allreduce beside the others' allgather") {
     for (const bellows::topk_mode mode : {bellows::topk_mode::exact, bellows::topk_mode::approximate}) {

@@ -570,10 +570,12 @@ TEST_CASE("signsgd: the method descriptor") {
   CHECK(p.bucket == 64);
   CHECK(p.feedback == bellows::feedback::none);
   const auto d = m::describe(p);
-  REQUIRE(d.size() == 2);
+  REQUIRE(d.size() == 4);  // bucket, error_feedback, exchange, owner_memory
   CHECK(d[0].name == "bucket");
   CHECK(std::get<std::uint64_t>(d[0].value) == 64);
   CHECK(std::get<std::string_view>(d[1].value) == "none");
+  CHECK(std::get<std::string_view>(d[2].value) == "gather");
+  CHECK(std::get<std::string_view>(d[3].value) == "on");
   bellows::cpu::executor exec(1);
   for (const auto& ex : m::examples) {
     auto c = m::make(ex, exec);

@@ -109,3 +109,9 @@ TEST_CASE("cuda qsgd: checkpoints cross backends" * doctest::skip(bellows::test:
   bellows::test::check_checkpoints<bellows::qsgd>(
       c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });
 }
+
+TEST_CASE("cuda qsgd: the scatter exchange is refused at construction (the CPU's only, for now)" *
+          doctest::skip(bellows::test::no_device())) {
+  CHECK_THROWS_WITH_AS(bellows::qsgd<bellows::cuda::executor>({.exchange = bellows::exchange::scatter}),
+                       doctest::Contains("CPU backend only"), bellows::error);
+}

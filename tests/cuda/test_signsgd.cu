@@ -115,3 +115,9 @@ TEST_CASE("cuda signsgd: checkpoints cross backends" * doctest::skip(bellows::te
   bellows::test::check_checkpoints<bellows::signsgd>(
       c.params, layer_of(c), [&](std::size_t step, std::size_t rank) { return gradient(c, step, rank, ranks()); });
 }
+
+TEST_CASE("cuda signsgd: the scatter exchange is refused at construction (the CPU's only, for now)" *
+          doctest::skip(bellows::test::no_device())) {
+  CHECK_THROWS_WITH_AS(bellows::signsgd<bellows::cuda::executor>({.exchange = bellows::exchange::scatter}),
+                       doctest::Contains("CPU backend only"), bellows::error);
+}

@@ -146,7 +146,7 @@ run_record run(const C& critical, const C& normal, bool watch, handing how, loca
     std::vector<std::vector<float>> g;
     for (std::size_t id = 0; id < layer_count; ++id) g.push_back(gradient(id, rank, ranks, step));
     std::vector<std::span<float>> views(g.begin(), g.end());
-    const std::size_t before = counted.allreduce().calls + counted.allgather().calls;
+    const std::size_t before = counted.total().calls;
     if (how == handing::by_own_buckets) {
       const auto statuses = sync.step(views, counted);
       out.statuses.insert(out.statuses.end(), statuses.begin(), statuses.end());
@@ -170,7 +170,7 @@ run_record run(const C& critical, const C& normal, bool watch, handing how, loca
         out.sent[id] += r.sent;
       }
     }
-    out.calls.push_back(counted.allreduce().calls + counted.allgather().calls - before);
+    out.calls.push_back(counted.total().calls - before);
     for (auto& x : g) out.outputs.push_back(std::move(x));
   }
   bellows::checkpoint_writer w;
@@ -194,14 +194,13 @@ std::size_t own_calls(const C& critical, const C& normal, std::size_t ranks, boo
   C low = critical, high = normal;
   std::size_t calls = 0;
   for (std::size_t b = 0; b + 1 < own_buckets.size(); ++b) {
-    bool op[bellows::exchange_rounds::capacity][2] = {};
+    bool op[bellows::exchange_rounds::capacity][3] = {};  // allreduce_sum, allgather, alltoall
     for (std::uint32_t id = own_buckets[b]; id < own_buckets[b + 1]; ++id) {
       const bellows::layer_info info{id, "layer" + std::to_string(id), shapes[id]};
       const auto rounds = (id % 2 == 1 ? high : low).rounds(low.make_state(info), ranks);
-      for (std::size_t r = 0; r < rounds.size(); ++r)
-        op[r][rounds[r].op == bellows::collective_op::allgather ? 1 : 0] = true;
+      for (std::size_t r = 0; r < rounds.size(); ++r) op[r][static_cast<std::size_t>(rounds[r].op)] = true;
     }
-    for (const auto& round : op) calls += static_cast<std::size_t>(round[0]) + static_cast<std::size_t>(round[1]);
+    for (const auto& round : op) calls += static_cast<std::size_t>(std::ranges::count(round, true));
     if (watch) ++calls;  // the bucket's finiteness vote
   }
   return calls;
@@ -389,6 +388,14 @@ TEST_CASE("buckets: powersgd of two ranks, dense layers riding along, equals eac
 TEST_CASE("buckets: qsgd and EF-signSGD equal each layer's reduce") {
   check_buckets(bellows::qsgd<>({.bits = 8, .bucket = 64}), bellows::qsgd<>({.bits = 2, .bucket = 64}));
   check_buckets(bellows::signsgd<>({.bucket = 0}), bellows::signsgd<>({.bucket = 16}));
+}
+
+TEST_CASE("buckets: qsgd and EF-signSGD by the scatter exchange equal each layer's reduce") {
+  constexpr bellows::exchange scatter = bellows::exchange::scatter;
+  check_buckets(bellows::qsgd<>({.bits = 8, .bucket = 64, .exchange = scatter, .owner_memory = true}),
+                bellows::qsgd<>({.bits = 2, .bucket = 64, .exchange = scatter, .owner_memory = true}));
+  check_buckets(bellows::signsgd<>({.bucket = 0, .exchange = scatter}),
+                bellows::signsgd<>({.bucket = 16, .exchange = scatter}));
 }
 
 TEST_CASE("buckets: top-k, its dense switch beside sparse layers, equals each layer's reduce") {

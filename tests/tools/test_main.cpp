@@ -484,8 +484,12 @@ TEST_CASE("cli: qsgd round trip against the library, W = 1 and 3, with the globa
     const json doc = bench_json(s, q.files + "--steps 2 --error-feedback residual --workers " + std::to_string(w) +
                                        " --method qsgd --bits 4 --bucket 64 --method qsgd --bits 2"
                                        " --bucket 50 --norm max-abs --error-feedback none");
-    CHECK(doc["methods"][0]["params"] ==
-          json{{"bits", 4}, {"bucket", 64}, {"norm", "l2"}, {"error_feedback", "residual"}});
+    CHECK(doc["methods"][0]["params"] == json{{"bits", 4},
+                                              {"bucket", 64},
+                                              {"norm", "l2"},
+                                              {"error_feedback", "residual"},
+                                              {"exchange", "gather"},
+                                              {"owner_memory", "off"}});
     check_method<bellows::qsgd<>>(doc["methods"][0], q, shape, w, 2,
                                   {.bits = 4, .bucket = 64, .feedback = bellows::feedback::residual});
     check_method<bellows::qsgd<>>(doc["methods"][1], q, shape, w, 2,

@@ -11,6 +11,7 @@
 #include "bellows/core/method.hpp"
 #include "bellows/core/wire.hpp"
 #include "bellows/plan/codes.hpp"
+#include "bellows/plan/exchange.hpp"
 #include "bellows/plan/feedback.hpp"
 
 namespace bellows {
@@ -28,6 +29,12 @@ struct qsgd_params {
   std::uint64_t seed = 0;
   /// Off by default (QSGD is unbiased); when on, the contribution is the local decoded value.
   bellows::feedback feedback = bellows::feedback::none;
+  /// How the ranks average: gather (every payload to every rank) or scatter (chunks to their
+  /// owners, re-encoded there, then gathered; docs/spec.md#scatter-exchange).
+  bellows::exchange exchange = bellows::exchange::gather;
+  /// Under scatter: whether a chunk's owner keeps the error of its re-encoding. Off by default,
+  /// as QSGD is unbiased.
+  bool owner_memory = false;
 
   /// Raises bellows::error naming the first parameter out of range; both backends' constructors
   /// call it.
@@ -37,6 +44,7 @@ struct qsgd_params {
     BELLOWS_EXPECTS(norm == qsgd_norm::l2 || norm == qsgd_norm::max_abs,
                     "qsgd: norm must be l2 or max_abs, got the value ", static_cast<unsigned>(norm));
     check_feedback("qsgd", feedback);
+    check_exchange("qsgd", exchange, "gather|scatter");
   }
 };
 
@@ -61,6 +69,8 @@ struct qsgd_method {
       {"bucket", "elements per bucket (one float scale each)", "512"},
       {"norm", "bucket scale: l2 or max-abs", "l2", "l2|max-abs"},
       feedback_option(params{}.feedback),
+      exchange_option("gather|scatter"),
+      owner_memory_option(params{}.owner_memory),
   };
   /// Configurations that reach every path: each width, short buckets, max-abs, the memory.
   static constexpr params examples[] = {
@@ -75,13 +85,17 @@ struct qsgd_method {
             .bucket = static_cast<std::size_t>(s.whole("bucket", params{}.bucket)),
             .norm = s.choice("norm", "l2|max-abs", "l2") == "max-abs" ? qsgd_norm::max_abs : qsgd_norm::l2,
             .seed = s.whole("seed", params{}.seed),
-            .feedback = feedback_setting(s, params{}.feedback)};
+            .feedback = feedback_setting(s, params{}.feedback),
+            .exchange = exchange_setting(s, "gather|scatter"),
+            .owner_memory = owner_memory_setting(s, params{}.owner_memory)};
   }
   [[nodiscard]] static std::vector<method_param> describe(const params& p) {
     return {{"bits", std::uint64_t{p.bits}},
             {"bucket", std::uint64_t{p.bucket}},
             {"norm", p.norm == qsgd_norm::max_abs ? "max-abs" : "l2"},
-            {"error_feedback", to_string(p.feedback)}};
+            {"error_feedback", to_string(p.feedback)},
+            {"exchange", to_string(p.exchange)},
+            {"owner_memory", p.owner_memory ? "on" : "off"}};
   }
   template <class Exec>
   [[nodiscard]] static compressor<Exec> make(const params& p, Exec& exec) {

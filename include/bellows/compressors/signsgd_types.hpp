@@ -11,6 +11,7 @@
 #include "bellows/core/error.hpp"
 #include "bellows/core/method.hpp"
 #include "bellows/core/wire.hpp"
+#include "bellows/plan/exchange.hpp"
 #include "bellows/plan/feedback.hpp"
 
 namespace bellows {
@@ -22,6 +23,12 @@ struct signsgd_params {
   /// Residual by default (Karimireddy et al.: the memory is what makes signSGD converge); none
   /// gives scaled sign SGD.
   bellows::feedback feedback = bellows::feedback::residual;
+  /// How the ranks average: gather (every payload to every rank) or scatter (chunks to their
+  /// owners, re-encoded there, then gathered; docs/spec.md#scatter-exchange).
+  bellows::exchange exchange = bellows::exchange::gather;
+  /// Under scatter: whether a chunk's owner keeps the error of its re-encoding. On by default: a
+  /// sign's error is biased, and the owner's memory carries it to the next step, as the workers' do.
+  bool owner_memory = true;
 
   /// Raises bellows::error naming the first parameter out of range (the header's param field
   /// holds the bucket in 32 bits); both backends' constructors call it.
@@ -29,6 +36,7 @@ struct signsgd_params {
     BELLOWS_EXPECTS(bucket <= std::numeric_limits<std::uint32_t>::max(),
                     "signsgd: bucket must be below 2^32 (0: the whole layer), got ", bucket);
     check_feedback("signsgd", feedback);
+    check_exchange("signsgd", exchange, "gather|scatter");
   }
 };
 
@@ -51,6 +59,8 @@ struct signsgd_method {
   static constexpr method_option options[] = {
       {"bucket", "elements per scale, 0 = the whole layer", "0"},
       feedback_option(params{}.feedback),
+      exchange_option("gather|scatter"),
+      owner_memory_option(params{}.owner_memory),
   };
   /// Configurations that reach every path: one bucket, short buckets, no memory, a scale each.
   static constexpr params examples[] = {
@@ -62,10 +72,15 @@ struct signsgd_method {
 
   [[nodiscard]] static params configure(const method_settings& s) {
     return {.bucket = static_cast<std::size_t>(s.whole("bucket", params{}.bucket)),
-            .feedback = feedback_setting(s, params{}.feedback)};
+            .feedback = feedback_setting(s, params{}.feedback),
+            .exchange = exchange_setting(s, "gather|scatter"),
+            .owner_memory = owner_memory_setting(s, params{}.owner_memory)};
   }
   [[nodiscard]] static std::vector<method_param> describe(const params& p) {
-    return {{"bucket", std::uint64_t{p.bucket}}, {"error_feedback", to_string(p.feedback)}};
+    return {{"bucket", std::uint64_t{p.bucket}},
+            {"error_feedback", to_string(p.feedback)},
+            {"exchange", to_string(p.exchange)},
+            {"owner_memory", p.owner_memory ? "on" : "off"}};
   }
   template <class Exec>
   [[nodiscard]] static compressor<Exec> make(const params& p, Exec& exec) {

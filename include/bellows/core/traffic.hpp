@@ -51,6 +51,7 @@ struct reduce_result {
 enum class collective_op : std::uint8_t {
   allreduce_sum,  ///< floats summed elementwise over the ranks
   allgather,      ///< each rank's payload delivered to every rank
+  alltoall,       ///< W payloads from each rank, the j-th to rank j (the scatter exchange's first round)
 };
 
 /// One round of one layer's step: its operation and the bytes this rank hands to it (4 per float
@@ -95,6 +96,9 @@ private:
 ///  - allreduce_sum: `values`, what this rank hands over, which the call sums in place;
 ///  - allgather: at begin, `values` is where this rank's payload goes; at finish, rank 0's copy
 ///    of it in the gathered buffer, rank r's copy starting `stride` floats after rank r - 1's.
+///  - alltoall: before the call, `values` is where this rank's payload for rank 0 goes, the one
+///    for rank j `stride` floats after the one for rank j - 1; after it, what rank 0 sent to this
+///    rank, what rank i sent `stride` floats after what rank i - 1 sent.
 struct round_part {
   std::span<float> values;
   std::size_t stride = 0;

@@ -45,6 +45,9 @@ struct codec {
 namespace flag {
 inline constexpr std::uint8_t index64 = 1u << 0;
 inline constexpr std::uint8_t non_finite = 1u << 1;
+/// Set by a scatter exchange's chunk owner (docs/spec.md#scatter-exchange) that received a
+/// malformed payload for its chunk: every rank that reads its payload raises the same wire_error.
+inline constexpr std::uint8_t relayed_malformed = 1u << 3;
 inline constexpr std::uint8_t all = index64 | non_finite;
 }  // namespace flag
 
@@ -156,6 +159,8 @@ public:
     if (h_.codec != expected.id)
       fail<wire_error>("wire: payload of codec ", unsigned{h_.codec}, " where ", expected.name, " (",
                        unsigned{expected.id}, ") was expected");
+    if ((h_.flags & flag::relayed_malformed) != 0)
+      fail<wire_error>("wire: its sender, a chunk's owner, received a malformed payload for the chunk");
     if ((h_.flags & ~flag::all) != 0) fail<wire_error>("wire: unknown flag bits 0x", std::hex, unsigned{h_.flags});
     if (h_.reserved != 0) fail<wire_error>("wire: reserved field is ", h_.reserved, ", not 0");
     if (h_.body_bytes != in.size() - header_bytes)

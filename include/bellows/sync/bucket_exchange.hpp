@@ -6,10 +6,14 @@
 //
 // Layout. Per round r, the layers whose step has a round r get one part each, one after the other
 // from a multiple of part_alignment bytes: an allreduce_sum part in the round's summed buffer, an
-// allgather part in the round's block (this rank's payloads). The call of round r is one
-// allreduce_sum of the summed buffer and one allgather of the block, each made only when some
-// layer needs it; every rank makes the same calls, since rounds(state, ranks) is the same on
-// every rank. So the blocks are of one size on every rank: where the collective has
+// allgather part in the round's block (this rank's payloads), an alltoall part in each of the
+// round's W scattered blocks (block j: this rank's payloads for rank j, at the same place in
+// each). The call of round r is one allreduce_sum of the summed buffer, one allgather of the block
+// and one alltoall of the scattered blocks, each made only when some layer needs it; every rank
+// makes the same calls, since rounds(state, ranks) is the same on every rank. The alltoall is
+// host memory's (AlltoallCollective; where the collective offers alltoall_slots, one call of
+// blocks of one size straight into an array, as allgather_slots); a bucket that needs one over a
+// collective without it is refused before any layer begins. So the blocks are of one size on every rank: where the collective has
 // allgather_slots (a DeviceCollective, and host collectives that offer it: one call where
 // allgather may make two), the copies land a block apart in an array of the backend's memory;
 // otherwise in a gather_buffer on the host, whose blocks of one size lie a block apart too. A
@@ -36,6 +40,7 @@
 #include "bellows/core/error.hpp"
 #include "bellows/core/gather_buffer.hpp"
 #include "bellows/core/shape.hpp"
+#include "bellows/core/slotted_calls.hpp"
 #include "bellows/core/traffic.hpp"
 #include "bellows/plan/float_array.hpp"
 
@@ -111,21 +116,25 @@ public:
     }
     const std::size_t rank = coll.rank(), ranks = coll.size();
     const std::size_t rounds = lay_out(bucket, ranks), n = bucket.size();
+    if constexpr (!AlltoallCollective<Coll>)
+      for (std::size_t r = 0; r < rounds; ++r)
+        BELLOWS_EXPECTS(scattered_[r] == 0, "bucket_exchange: a layer's step needs an alltoall, which the collective "
+                                            "has not (AlltoallCollective, concepts.hpp)");
     // Each sweep over the layers runs the other way from the one before: the layers a sweep
     // touched last, still in cache, are the next one's first.
     const auto layer = [n](std::size_t sweep, std::size_t i) { return sweep % 2 == 0 ? i : n - 1 - i; };
     for (std::size_t l = 0; l < n; ++l)
-      bucket[l].compressor->begin(*bucket[l].state, bucket[l].grad, parts(l, false), rank, ranks);
+      bucket[l].compressor->begin(*bucket[l].state, bucket[l].grad, parts(l, 0), rank, ranks);
     exchange(0, coll);
     for (std::size_t r = 1; r < rounds; ++r) {
       for (std::size_t i = 0; i < n; ++i)
         if (const std::size_t l = layer(r, i); r < places_[l].rounds)
-          bucket[l].compressor->next(*bucket[l].state, bucket[l].grad, r, parts(l, true));
+          bucket[l].compressor->next(*bucket[l].state, bucket[l].grad, r, parts(l, r));
       exchange(r, coll);
     }
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t l = layer(rounds, i);
-      bucket[l].compressor->finish(*bucket[l].state, bucket[l].grad, parts(l, true), rank, ranks);
+      bucket[l].compressor->finish(*bucket[l].state, bucket[l].grad, parts(l, rounds), rank, ranks);
     }
     return true;
   }
@@ -149,9 +158,10 @@ public:
 private:
   static constexpr std::size_t max_rounds = exchange_rounds::capacity;
 
-  /// Where one layer's part of one round lies: in the summed buffer or the block, at `at` floats.
+  /// Where one layer's part of one round lies: in the summed buffer, the block or the scattered
+  /// blocks, at `at` floats.
   struct place {
-    bool gathered = false;
+    collective_op op = collective_op::allreduce_sum;
     std::size_t at = 0, floats = 0;
   };
   struct layer_places {
@@ -166,21 +176,25 @@ private:
     parts_.resize(bucket.size() * max_rounds);
     std::ranges::fill(summed_, 0);
     std::ranges::fill(block_, 0);
+    std::ranges::fill(scattered_, 0);
     std::size_t most = 0;
     for (std::size_t l = 0; l < bucket.size(); ++l) {
       const exchange_rounds rounds = bucket[l].compressor->rounds(*bucket[l].state, ranks);
       places_[l].rounds = rounds.size();
       most = std::max(most, rounds.size());
       for (std::size_t r = 0; r < rounds.size(); ++r) {
-        const bool gathered = rounds[r].op == collective_op::allgather;
-        std::size_t& end = gathered ? block_[r] : summed_[r];
-        places_[l].of[r] = {gathered, end, (rounds[r].bytes + sizeof(float) - 1) / sizeof(float)};
+        const collective_op op = rounds[r].op;
+        std::size_t& end = op == collective_op::allgather  ? block_[r]
+                           : op == collective_op::alltoall ? scattered_[r]
+                                                           : summed_[r];
+        places_[l].of[r] = {op, end, (rounds[r].bytes + sizeof(float) - 1) / sizeof(float)};
         end += part_floats(rounds[r].bytes);
       }
     }
     for (std::size_t r = 0; r < most; ++r) {
       grow(sums_[r], summed_[r]);
       grow(sends_[r], block_[r]);
+      grow(scatters_[r], scattered_[r] * ranks);
     }
     return most;
   }
@@ -189,16 +203,21 @@ private:
     if (a.size() < floats) a = float_array_for<Exec>(*exec_, floats);  // allocates while buckets grow
   }
 
-  /// Layer l's parts: before the exchange a gathered part is this rank's place in the block;
-  /// after it, rank 0's copy, the next rank's a block later.
-  round_parts parts(std::size_t l, bool exchanged) {
+  /// Layer l's parts when the first `exchanged` rounds were exchanged: before its exchange a
+  /// gathered part is this rank's place in the block, and a scattered part its place in the
+  /// block for rank 0, the next rank's a block later; after it, rank 0's copy, or what rank 0
+  /// sent, the next rank's a block later.
+  round_parts parts(std::size_t l, std::size_t exchanged) {
     const layer_places& p = places_[l];
     round_part* out = parts_.data() + l * max_rounds;
     for (std::size_t r = 0; r < p.rounds; ++r) {
       const place& w = p.of[r];
-      if (!w.gathered)
+      const bool done = r < exchanged;
+      if (w.op == collective_op::allreduce_sum)
         out[r] = {sums_[r].span().subspan(w.at, w.floats), 0};
-      else if (!exchanged)
+      else if (w.op == collective_op::alltoall)
+        out[r] = {(done ? scattered(r) : scatters_[r].span()).subspan(w.at, w.floats), scattered_[r]};
+      else if (!done)
         out[r] = {sends_[r].span().subspan(w.at, w.floats), 0};
       else
         out[r] = {gathered(r).subspan(w.at, w.floats), block_[r]};
@@ -213,10 +232,20 @@ private:
     return {first, block_[r] * received_[r].blocks()};
   }
 
-  /// Round r's calls: one allreduce_sum of its summed parts, one allgather of its block.
+  /// What every rank sent this one in round r's alltoall, in rank order (after exchange(r)).
+  std::span<float> scattered(std::size_t r) {
+    return {reinterpret_cast<float*>(spread_at_[r].data()), spread_at_[r].size() / sizeof(float)};
+  }
+
+  /// Round r's calls: one allreduce_sum of its summed parts, one alltoall of its scattered
+  /// blocks, one allgather of its block.
   template <class Coll>
   void exchange(std::size_t r, Coll& coll) {
     if (summed_[r] != 0) coll.allreduce_sum(sums_[r].span().first(summed_[r]));
+    if constexpr (AlltoallCollective<Coll>)
+      if (scattered_[r] != 0)
+        spread_at_[r] = spread_[r].alltoall(coll, std::as_bytes(scatters_[r].span().first(scattered_[r] * coll.size())),
+                                            scattered_[r] * sizeof(float));
     if (block_[r] == 0) return;
     const std::span<const std::byte> mine = std::as_bytes(sends_[r].span().first(block_[r]));
     constexpr bool slots = requires(Coll & c, std::span<std::byte> out, std::size_t slot) {
@@ -236,10 +265,14 @@ private:
   std::vector<layer_places> places_;
   std::vector<round_part> parts_;
   std::size_t summed_[max_rounds]{}, block_[max_rounds]{};  // floats per round, padded parts included
+  std::size_t scattered_[max_rounds]{};                     // floats per rank's block of an alltoall
   float_array_for<Exec> sums_[max_rounds], sends_[max_rounds];
-  float_array_for<Exec> copies_[max_rounds];  // every rank's block, by allgather_slots
-  gather_buffer received_[max_rounds];        // every rank's block, by allgather
-  bool slotted_ = false;                      // whether the last exchange used allgather_slots
+  float_array_for<Exec> scatters_[max_rounds];  // this rank's alltoall blocks, W of scattered_ floats
+  slotted_calls spread_[max_rounds];            // the alltoalls
+  std::span<std::byte> spread_at_[max_rounds];  // what every rank sent this one, in rank order
+  float_array_for<Exec> copies_[max_rounds];    // every rank's block, by allgather_slots
+  gather_buffer received_[max_rounds];          // every rank's block, by allgather
+  bool slotted_ = false;                        // whether the last exchange used allgather_slots
 };
 
 }  // namespace bellows

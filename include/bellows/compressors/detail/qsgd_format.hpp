@@ -9,6 +9,7 @@
 #include <ios>
 #include <limits>
 #include <span>
+#include <string_view>
 
 #include "bellows/compressors/qsgd_types.hpp"
 #include "bellows/core/error.hpp"
@@ -35,6 +36,8 @@ public:
   }
 
   [[nodiscard]] code_layout layout(std::size_t n) const noexcept { return {params_.bits, params_.bucket, n}; }
+  /// The elements a scatter exchange's chunk holds a multiple of: a bucket.
+  [[nodiscard]] std::size_t block() const noexcept { return params_.bucket; }
   /// The header's param field: bits | bucket << 8.
   [[nodiscard]] std::uint32_t param() const noexcept {
     return params_.bits | static_cast<std::uint32_t>(params_.bucket << 8);
@@ -58,14 +61,15 @@ public:
   /// Validates a payload completely (header against the layer and these parameters, array
   /// sizes, padding, the unused bits of the last code byte, and, unless flagged, every scale
   /// finite and >= 0); raises wire_error naming what is wrong. Returns its reader.
-  [[nodiscard]] wire::reader check(const layer_info& layer, std::span<const std::byte> payload) const {
-    const code_layout l = layout(layer.size());
+  /// `n` is the layer's size, or a scatter exchange's chunk's; `name` the layer's, for messages.
+  [[nodiscard]] wire::reader check(std::string_view name, std::size_t n, std::span<const std::byte> payload) const {
+    const code_layout l = layout(n);
     wire::reader r(payload, qsgd_method::codec);
     const wire::header& h = r.head();
     if (h.n != l.n || h.count != l.buckets() || h.param != param() || (h.flags & wire::flag::index64))
       fail<wire_error>("qsgd: payload for ", h.n, " elements in ", h.count, " buckets (param 0x", std::hex, h.param,
-                       std::dec, ") where layer '", layer.name, "' has ", l.n, " in ", l.buckets(), " (param 0x",
-                       std::hex, param(), ")");
+                       std::dec, ") where layer '", name, "' has ", l.n, " in ", l.buckets(), " (param 0x", std::hex,
+                       param(), ")");
     const std::span<const float> scales = r.array<float>(h.count);
     const std::span<const std::uint8_t> codes = r.array<std::uint8_t>(l.code_bytes());
     r.finish();

@@ -23,6 +23,15 @@
 // caller gathers, finish validates and averages the caller's copies (the slots' view), and
 // verify and conclude read the verdicts after the caller's wait.
 //
+// The scatter exchange (params().exchange, docs/spec.md#scatter-exchange), on the CPU: the layer
+// cut into W chunks (plan/chunks.hpp), each encoded into its own payload for its owner (one
+// alltoall), every owner averaging the W payloads of its chunk as the gather step averages a
+// layer, adding its own memory, re-encoding the sum once (one allgather of the owners' payloads),
+// and every rank's output the concatenation of the owners' decoded chunks. The worker's memory is
+// m - its decoded chunk payloads, the owner's u - its decoded payload; both become current only
+// when the step concludes ok. An owner that received a malformed chunk payload still makes its
+// allgather, flagged wire::flag::relayed_malformed, so that every rank raises the same wire_error.
+//
 // Derived (qsgd<Exec>, signsgd<Exec>) brings its name, its format (compressors/detail/*_format.hpp:
 // layout, shape, header checks) and, as private members its base may call:
 //   workspace_floats(layout): the floats of scratch its encoder needs;
@@ -38,6 +47,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "bellows/compressors/detail/step_checks.hpp"
 #include "bellows/compressors/detail/step_record.hpp"
@@ -46,8 +56,11 @@
 #include "bellows/core/error.hpp"
 #include "bellows/core/shape.hpp"
 #include "bellows/core/traffic.hpp"
+#include "bellows/core/slotted_calls.hpp"
 #include "bellows/core/wire.hpp"
 #include "bellows/feedback/error_feedback.hpp"
+#include "bellows/plan/chunks.hpp"
+#include "bellows/plan/exchange.hpp"
 #include "bellows/plan/float_array.hpp"
 #include "bellows/plan/payload_slots.hpp"
 
@@ -71,11 +84,25 @@ public:
     layer_memory<Exec> staged;  ///< m = g + e, then e' of the step under way, current once it concludes ok
     mutable array workspace;    ///< the encoder's scratch (EF-signSGD's chunk sums of long buckets)
     slots_type slots;           ///< this step's payloads (reduce's), and the words of their checks
+    // The scatter exchange's, sized by the first step (the chunks depend on the ranks):
+    bellows::exchange exchange = bellows::exchange::gather;  ///< the exchange it was made for
+    chunk_plan chunks;                                       ///< the layer's chunks at this step's W
+    std::size_t rank = 0;                                    ///< this rank, for the owner's round
+    layer_memory<Exec> owner;                                ///< E_c of the chunk this rank owns (with owner_memory)
+    layer_memory<Exec> owner_staged;                         ///< u_c, then E_c' of the step under way
+    array sends, own;     ///< reduce's payloads for the alltoall, and its owner payload
+    slotted_calls calls;  ///< reduce's alltoall, then its allgather
   };
 
   [[nodiscard]] const params_type& params() const noexcept { return format_.params(); }
-  /// One allgather of this rank's payload, of one size for every rank and step.
-  [[nodiscard]] exchange_rounds rounds(const state& st, std::size_t /*ranks*/) const {
+  /// One allgather of this rank's payload, of one size for every rank and step; under scatter an
+  /// alltoall of W chunk payloads, then an allgather of this rank's owner payload, each in slots
+  /// of the largest chunk payload's bytes.
+  [[nodiscard]] exchange_rounds rounds(const state& st, std::size_t ranks) const {
+    if (scattered()) {
+      const std::size_t slot = format_.shape(plan(st.layer, ranks).largest()).bytes;
+      return {{collective_op::alltoall, slot}, {collective_op::allgather, slot}};
+    }
     return {{collective_op::allgather, format_.shape(st.layer.size()).bytes}};
   }
 
@@ -87,6 +114,7 @@ public:
     const std::size_t n = layer.size();
     state st;
     st.layer = layer;
+    st.exchange = params().exchange;
     st.memory = layer_memory<Exec>(*exec_, params().feedback, n);
     st.staged = layer_memory<Exec>(*exec_, params().feedback, n);
     st.workspace = array(*exec_, derived().workspace_floats(format_.layout(n)));
@@ -99,6 +127,8 @@ public:
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     check_stream(Derived::name, st.layer, coll, *exec_);
+    if constexpr (host_backend)
+      if (scattered()) return reduce_scattered(st, inout, coll);
     const std::size_t rank = coll.rank();
     const scaled_payload shape = begin_step(st, inout.size());
     st.slots.prepare(*exec_, coll.size(), shape.bytes);
@@ -119,19 +149,29 @@ public:
     const scaled_payload shape = begin_step(st, grad.size());
     check_parts(Derived::name, st.layer, rounds(st, ranks), parts);
     st.slots.prepare(*exec_, ranks, 0);  // the words only: the payloads are the caller's
+    if constexpr (host_backend)
+      if (scattered()) {
+        prepare_scatter(st, rank, ranks);
+        return encode_chunks(st, compensate(st, grad), parts[0]);
+      }
     const std::span<const float> m = compensate(st, grad);
     const std::span<std::byte> mine = std::as_writable_bytes(parts[0].values);
     encode_into(st, m, mine, shape, st.slots.non_finite(), rank);
     stage(st, mine);
   }
-  /// One round only.
-  void next(state& st, std::span<const float> /*grad*/, std::size_t round, round_parts /*parts*/) {
+  /// One round only; under scatter, round 1: the owner's, which reads the payloads of its chunk
+  /// (parts[0], as the alltoall left them) and writes its own (parts[1]).
+  void next(state& st, std::span<const float> /*grad*/, std::size_t round, round_parts parts) {
+    if constexpr (host_backend)
+      if (scattered() && round == 1) return reencode_chunk(st, parts[0], parts[1]);
     fail<error>(Derived::name, ": layer '", st.layer.name, "' has no round ", round);
   }
   /// Every rank's payload validated (on the CPU a malformed one raises the validation's
   /// wire_error; the device's verdicts are read in verify and conclude), and when all are good
   /// and finite, grad = their average (and on the device e' = m - this rank's decoded payload).
   void finish(state& st, std::span<float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
+    if constexpr (host_backend)
+      if (scattered()) return concatenate_chunks(st, grad, parts[1]);
     const std::size_t bytes = format_.shape(st.layer.size()).bytes, stride = parts[0].stride * sizeof(float);
     check_gathered(Derived::name, st.layer, stride, bytes, ranks);
     st.slots.view(reinterpret_cast<std::byte*>(parts[0].values.data()), stride, ranks, bytes);
@@ -146,9 +186,10 @@ public:
     const step_status s = status(st);
     if (s == step_status::ok) {
       std::swap(st.memory, st.staged);
+      if (st.owner.enabled()) std::swap(st.owner, st.owner_staged);
       ++st.step;
     }
-    return {s, format_.sent(st.layer.size())};
+    return {s, scattered() ? scatter_sent(st) : format_.sent(st.layer.size())};
   }
 
   // PayloadCodec, on the backend's memory (device memory for the device; enqueued there).
@@ -201,19 +242,57 @@ public:
   /// memories are left alone.
   void rescale(state& st, float lr_old, float lr_new) const {
     st.memory.rescale(*exec_, lr_old, lr_new, Derived::name);
+    st.owner.rescale(*exec_, lr_old, lr_new, Derived::name);
   }
 
   /// Appends the step counter and the error memory (empty without one): the same record on
-  /// every backend. Waits for the executor.
-  void save(const state& st, checkpoint_writer& out) const { save_step_record(*exec_, st.step, st.memory, out); }
-  /// Reads what save wrote for the same layer and configuration; checks before it changes anything.
+  /// every backend; under scatter then the ranks and the rank of the last step (0 and 0 before
+  /// one) and the owner memory (empty without one). Waits for the executor.
+  void save(const state& st, checkpoint_writer& out) const {
+    save_step_record(*exec_, st.step, st.memory, out);
+    if (!scattered()) return;
+    out.put(std::uint64_t{st.chunks.ranks()});
+    out.put(std::uint64_t{st.rank});
+    std::vector<float> staging;
+    out.put_array(st.owner.host(*exec_, staging));
+  }
+  /// Reads what save wrote for the same layer and configuration; checks before it changes
+  /// anything. A state loaded under scatter keeps the saved ranks and rank: a step at others
+  /// raises bellows::error (prepare_scatter).
   void load(state& st, checkpoint_reader& in) const {
     const std::string name(Derived::name);
-    load_step_record(*exec_, st.step, st.memory, in, name + " step", name + " error memory");
+    const step_record rec = read_step_record(in, st.memory.values().size(), name + " step", name + " error memory");
+    chunk_plan chunks;
+    std::size_t rank = 0;
+    std::vector<float> owner;
+    if (scattered()) {
+      const auto ranks = in.get<std::uint64_t>(name + " ranks");
+      rank = static_cast<std::size_t>(in.get<std::uint64_t>(name + " rank"));
+      if (ranks != 0) {
+        chunks = plan(st.layer, static_cast<std::size_t>(ranks));
+        BELLOWS_EXPECTS(rank < ranks, Derived::name, ": checkpoint of layer '", st.layer.name, "' saved by rank ", rank,
+                        " of ", ranks);
+        owner.resize(params().owner_memory ? chunks.size(chunks.owned_by(rank)) : 0);
+      }
+      in.get_finite_array(std::span<float>(owner), name + " owner memory");
+    }
+    st.memory.assign(*exec_, rec.memory);
+    st.step = rec.step;
+    if (chunks.ranks() != 0) {
+      st.chunks = chunks;
+      st.rank = rank;
+      allocate_owner(st);
+      st.owner.assign(*exec_, owner);
+    }
   }
 
 protected:
-  scaled_codes(const params_type& params, Exec& exec) : format_(params), exec_(&exec) {}
+  /// Raises bellows::error for the scatter exchange on a backend that enqueues on a stream (the
+  /// device has no scatter step yet).
+  scaled_codes(const params_type& params, Exec& exec) : format_(params), exec_(&exec) {
+    if constexpr (!host_backend)
+      BELLOWS_EXPECTS(!scattered(), Derived::name, ": the scatter exchange runs on the CPU backend only, for now");
+  }
 
   Format format_;
   Exec* exec_;
@@ -226,6 +305,9 @@ private:
   scaled_payload begin_step(state& st, std::size_t size) const {
     check_buffer(Derived::name, st.layer, size);
     st.memory.check_kind(Derived::name, st.layer.name, params().feedback);
+    BELLOWS_EXPECTS(st.exchange == params().exchange, Derived::name, ": layer '", st.layer.name,
+                    "' has a state made for the ", to_string(st.exchange), " exchange, used by a compressor with ",
+                    to_string(params().exchange), " (a layer's levels share one exchange)");
     if (const std::size_t need = derived().workspace_floats(format_.layout(st.layer.size()));
         st.workspace.size() < need) {
       exec_->synchronize();  // work enqueued before may still use the buffer replaced
@@ -267,10 +349,11 @@ private:
                            [&](std::span<const std::byte> payload) { return host_status(st, payload); });
   }
 
-  /// The codec's arrays of `in` into `out` (a payload of `shape`), then its header and padding.
+  /// The codec's arrays of `in` (a layer or a chunk of it) into `out` (a payload of `shape`), then
+  /// its header and padding; `rank` is the Philox rank word of its noise.
   void encode_into(const state& st, std::span<const float> in, std::span<std::byte> out, const scaled_payload& shape,
                    unsigned* non_finite, std::size_t rank) const {
-    const auto layout = format_.layout(st.layer.size());
+    const auto layout = format_.layout(in.size());
     derived().encode_arrays(st, in, layout,
                             {reinterpret_cast<float*>(out.data() + wire::header_bytes), layout.buckets()},
                             {reinterpret_cast<std::uint8_t*>(out.data() + shape.codes_at), shape.code_bytes},
@@ -278,10 +361,170 @@ private:
     finish_payload(*exec_, out, shape, non_finite);
   }
 
-  /// The CPU's validation of a payload in host memory: its status, or a wire_error.
-  [[nodiscard]] step_status host_status(const state& st, std::span<const std::byte> payload) const {
-    const wire::reader r = format_.check(st.layer, payload);
+  static constexpr bool host_backend = !requires(const Exec& e) { e.stream(); };
+
+  [[nodiscard]] bool scattered() const noexcept { return params().exchange == exchange::scatter; }
+  [[nodiscard]] chunk_plan plan(const layer_info& layer, std::size_t ranks) const {
+    return {Derived::name, layer.size(), ranks, format_.block(), layer.id};
+  }
+
+  /// The scatter step of reduce: the phases over the state's own buffers, with one alltoall and
+  /// one allgather. Raises bellows::error, before any state changes, when `coll` has no alltoall.
+  template <class Coll>
+  reduce_result reduce_scattered(state& st, std::span<float> inout, Coll& coll) {
+    if constexpr (!AlltoallCollective<Coll>) {
+      fail<error>(Derived::name, ": layer '", st.layer.name,
+                  "': the scatter exchange needs a collective with alltoall (AlltoallCollective, concepts.hpp)");
+    } else {
+      const std::size_t rank = coll.rank(), ranks = coll.size();
+      const std::size_t floats = rounds(st, ranks)[0].bytes / sizeof(float);
+      if (st.sends.size() < ranks * floats) st.sends = array(*exec_, ranks * floats);  // the first step's
+      if (st.own.size() < floats) st.own = array(*exec_, floats);
+      round_part parts[2] = {{st.sends.span().first(floats), floats}, {st.own.span().first(floats), 0}};
+      begin(st, inout, parts, rank, ranks);
+      const auto first = [floats](std::span<std::byte> slots) {
+        return std::span<float>(reinterpret_cast<float*>(slots.data()), floats);
+      };
+      parts[0] = {
+          first(st.calls.alltoall(coll, std::as_bytes(st.sends.span().first(ranks * floats)), floats * sizeof(float))),
+          floats};
+      next(st, inout, 1, parts);
+      parts[1] = {first(st.calls.allgather(coll, std::as_bytes(parts[1].values))), floats};
+      finish(st, inout, parts, rank, ranks);
+      return conclude(st);
+    }
+  }
+
+  /// The chunks at `ranks`, and the owner's buffers for this rank's chunk, allocated at the first
+  /// step and afresh (zero) when a level of another bucket size or owner_memory changes them.
+  /// Raises bellows::error when the state's owner memory is of another world size or rank (a
+  /// checkpoint's, or an earlier step's).
+  void prepare_scatter(state& st, std::size_t rank, std::size_t ranks) const {
+    BELLOWS_EXPECTS(st.chunks.ranks() == 0 || (st.chunks.ranks() == ranks && st.rank == rank), Derived::name,
+                    ": layer '", st.layer.name, "': its owner memory is of rank ", st.rank, " of ", st.chunks.ranks(),
+                    " ranks, this step is rank ", rank, " of ", ranks,
+                    " (a checkpoint of another world size starts afresh: docs/spec.md#scatter-exchange)");
+    const chunk_plan chunks = plan(st.layer, ranks);
+    if (chunks == st.chunks && st.owner.enabled() == params().owner_memory) return;
+    st.chunks = chunks;
+    st.rank = rank;
+    allocate_owner(st);
+  }
+  /// The owner's buffers for the chunk of st.rank at st.chunks, zero.
+  void allocate_owner(state& st) const {
+    const std::size_t n = st.chunks.size(st.chunks.owned_by(st.rank));
+    const feedback kind = !params().owner_memory                  ? feedback::none
+                          : params().feedback == feedback::scaled ? feedback::scaled
+                                                                  : feedback::residual;
+    st.owner = layer_memory<Exec>(*exec_, kind, n);
+    st.owner_staged = layer_memory<Exec>(*exec_, feedback::residual, n);
+  }
+
+  /// Payload slot j of a round's part (its own payload for rank j, or what rank j sent), of
+  /// `bytes`.
+  static std::span<std::byte> slot(const round_part& part, std::size_t j, std::size_t bytes) {
+    return {reinterpret_cast<std::byte*>(part.values.data() + j * part.stride), bytes};
+  }
+
+  /// Each chunk of m encoded for its owner into `out` (the alltoall's part), with the noise of
+  /// (chunk, rank), and the next memory staged chunk by chunk.
+  void encode_chunks(state& st, std::span<const float> m, const round_part& out) const {
+    const chunk_plan& p = st.chunks;
+    check_gathered(Derived::name, st.layer, out.stride * sizeof(float), format_.shape(p.largest()).bytes, p.ranks());
+    for (std::size_t c = 0; c < p.ranks(); ++c) {
+      const std::size_t at = p.begin(c), n = p.size(c);
+      const scaled_payload shape = format_.shape(n);
+      const std::span<std::byte> payload = slot(out, p.owner(c), shape.bytes);
+      typename slots_type::words words(*exec_);
+      encode_into(st, m.subspan(at, n), payload, shape, words.non_finite, chunk_plan::worker_stream(c, st.rank));
+      if (st.memory.enabled())
+        stage_memory(*exec_, payload, format_.layout(n), shape, st.staged.values().subspan(at, n));
+    }
+  }
+
+  /// The owner's round: the W payloads of its chunk validated; when all are good and finite,
+  /// u = their average (the gather step's arithmetic) + E_c, encoded with the owner's noise into
+  /// `out`, and E_c' = u - its decoded payload staged. A flagged payload makes the owner's
+  /// flagged, a malformed one flagged relayed_malformed; neither raises here, so that every rank
+  /// still meets the allgather.
+  void reencode_chunk(state& st, const round_part& received, const round_part& out) {
+    const chunk_plan& p = st.chunks;
+    const std::size_t c = p.owned_by(st.rank), n = p.size(c);
+    const scaled_payload shape = format_.shape(n);
+    check_gathered(Derived::name, st.layer, received.stride * sizeof(float), shape.bytes, p.ranks());
+    bool flagged = false, malformed = false;
+    for (std::size_t i = 0; i < p.ranks(); ++i) {
+      try {
+        flagged |= payload_status(st, n, slot(received, i, shape.bytes)) == step_status::non_finite;
+      } catch (const wire_error&) {
+        malformed = true;
+      }
+    }
+    const std::span<float> u = st.owner_staged.values();
+    typename slots_type::words words(*exec_);
+    if (flagged || malformed) {
+      fill(*exec_, u, 0.0f);
+      *words.non_finite = 1;
+    } else {
+      st.slots.view(reinterpret_cast<const std::byte*>(received.values.data()), received.stride * sizeof(float),
+                    p.ranks(), shape.bytes);
+      average_payloads(*exec_, st.slots, format_.layout(n), shape, st.rank, u, {}, {});
+      if (st.owner.enabled()) add(*exec_, u, u, std::as_const(st.owner).values());
+    }
+    const std::span<std::byte> payload = slot(out, 0, shape.bytes);
+    encode_into(st, u, payload, shape, words.non_finite, chunk_plan::owner_stream(c));
+    if (malformed) payload[offsetof(wire::header, flags)] |= std::byte{wire::flag::relayed_malformed};
+    if (st.owner.enabled()) stage_memory(*exec_, payload, format_.layout(n), shape, u);
+  }
+
+  /// Every owner's payload validated, in rank order (a malformed one raises the validation's
+  /// wire_error, naming its rank: the same on every rank); when all are good and finite, `grad`
+  /// = their decoded chunks, one after the other.
+  void concatenate_chunks(state& st, std::span<float> grad, const round_part& gathered) {
+    const chunk_plan& p = st.chunks;
+    check_gathered(Derived::name, st.layer, gathered.stride * sizeof(float), format_.shape(p.largest()).bytes,
+                   p.ranks());
+    bool flagged = false;
+    for (std::size_t r = 0; r < p.ranks(); ++r) {
+      const std::size_t n = p.size(p.owned_by(r));
+      try {
+        flagged |= payload_status(st, n, slot(gathered, r, format_.shape(n).bytes)) == step_status::non_finite;
+      } catch (const wire_error& e) {
+        fail<wire_error>(Derived::name, ": layer '", st.layer.name, "': the chunk payload of rank ", r, ": ", e.what());
+      }
+    }
+    st.slots.set_status(flagged ? step_status::non_finite : step_status::ok);
+    if (flagged) return;
+    for (std::size_t r = 0; r < p.ranks(); ++r) {
+      const std::size_t c = p.owned_by(r), n = p.size(c);
+      const scaled_payload shape = format_.shape(n);
+      const std::span<const std::byte> payload = slot(gathered, r, shape.bytes);
+      const std::span<float> out = grad.subspan(p.begin(c), n);
+      fill(*exec_, out, 0.0f);
+      derived().decode_arrays(
+          {reinterpret_cast<const float*>(payload.data() + wire::header_bytes), shape.header.count},
+          {reinterpret_cast<const std::uint8_t*>(payload.data() + shape.codes_at), shape.code_bytes}, format_.layout(n),
+          out);
+    }
+  }
+
+  /// What a scatter step hands to its calls: W payload slots to the alltoall, one to the
+  /// allgather; as values and elements, the layer's (as gather reports them).
+  [[nodiscard]] traffic scatter_sent(const state& st) const {
+    const std::size_t slot = format_.shape(st.chunks.largest()).bytes;
+    traffic t = format_.sent(st.layer.size());
+    t.bytes = (st.chunks.ranks() + 1) * slot;
+    return t;
+  }
+
+  /// The CPU's validation of a payload of n elements of the layer (all of it, or a chunk) in host
+  /// memory: its status, or a wire_error.
+  [[nodiscard]] step_status payload_status(const state& st, std::size_t n, std::span<const std::byte> payload) const {
+    const wire::reader r = format_.check(st.layer.name, n, payload);
     return (r.head().flags & wire::flag::non_finite) ? step_status::non_finite : step_status::ok;
+  }
+  [[nodiscard]] step_status host_status(const state& st, std::span<const std::byte> payload) const {
+    return payload_status(st, st.layer.size(), payload);
   }
 };
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <string_view>
 
 #include "bellows/compressors/signsgd_types.hpp"
 #include "bellows/core/error.hpp"
@@ -30,6 +31,9 @@ public:
   static void check_layer(const layer_info& /*layer*/) noexcept {}
 
   [[nodiscard]] sign_layout layout(std::size_t n) const noexcept { return {params_.bucket, n}; }
+  /// The elements a scatter exchange's chunk holds a multiple of: a bucket, or any count when the
+  /// bucket is the whole layer (each chunk then has a scale of its own).
+  [[nodiscard]] std::size_t block() const noexcept { return params_.bucket == 0 ? 1 : params_.bucket; }
   /// The header's param field: the bucket parameter as given (0: the whole layer).
   [[nodiscard]] std::uint32_t param() const noexcept { return static_cast<std::uint32_t>(params_.bucket); }
 
@@ -48,13 +52,14 @@ public:
   /// sizes, padding, the unused bits of the last sign byte, and, unless flagged, every scale
   /// finite and >= 0); raises wire_error naming what is wrong. Returns its reader, positioned
   /// after the arrays.
-  [[nodiscard]] wire::reader check(const layer_info& layer, std::span<const std::byte> payload) const {
-    const sign_layout l = layout(layer.size());
+  /// `n` is the layer's size, or a scatter exchange's chunk's; `name` the layer's, for messages.
+  [[nodiscard]] wire::reader check(std::string_view name, std::size_t n, std::span<const std::byte> payload) const {
+    const sign_layout l = layout(n);
     wire::reader r(payload, signsgd_method::codec);
     const wire::header& h = r.head();
     if (h.n != l.n || h.count != l.buckets() || h.param != param() || (h.flags & wire::flag::index64))
       fail<wire_error>("signsgd: payload for ", h.n, " elements in ", h.count, " buckets (bucket parameter ", h.param,
-                       ", flags ", unsigned{h.flags}, ") where layer '", layer.name, "' has ", l.n, " in ", l.buckets(),
+                       ", flags ", unsigned{h.flags}, ") where layer '", name, "' has ", l.n, " in ", l.buckets(),
                        " (bucket parameter ", param(), ")");
     const std::span<const float> scales = r.array<float>(h.count);
     const std::span<const std::uint8_t> signs = r.array<std::uint8_t>(l.sign_bytes());

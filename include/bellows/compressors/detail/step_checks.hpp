@@ -34,7 +34,7 @@ void check_stream(std::string_view who, const layer_info& layer, Coll& coll, Exe
 
 /// Raises bellows::error, naming `who` and the layer, unless `parts` has one part per round of
 /// `rounds`, each as long as its round's bytes, and starting at a multiple of `alignment` bytes
-/// (of 8 at least for an allgather's payload, as the wire format asks).
+/// (of 8 at least for an allgather's or an alltoall's payload, as the wire format asks).
 inline void check_parts(std::string_view who, const layer_info& layer, const exchange_rounds& rounds, round_parts parts,
                         std::size_t alignment = alignof(float)) {
   BELLOWS_EXPECTS(parts.size() == rounds.size(), who, ": layer '", layer.name, "': ", parts.size(),
@@ -44,7 +44,7 @@ inline void check_parts(std::string_view who, const layer_info& layer, const exc
     BELLOWS_EXPECTS(part.size_bytes() == rounds[i].bytes, who, ": layer '", layer.name, "': part ", i, " holds ",
                     part.size_bytes(), " bytes, round ", i, " takes ", rounds[i].bytes);
     const std::size_t align =
-        rounds[i].op == collective_op::allgather ? std::max(alignment, wire::body_alignment) : alignment;
+        rounds[i].op != collective_op::allreduce_sum ? std::max(alignment, wire::body_alignment) : alignment;
     BELLOWS_EXPECTS(reinterpret_cast<std::uintptr_t>(part.data()) % align == 0, who, ": layer '", layer.name,
                     "': part ", i, " does not start at a multiple of ", align, " bytes");
   }
