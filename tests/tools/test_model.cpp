@@ -2,7 +2,7 @@
 // bellows-bench --model (tools/bellows-bench/model.hpp): the built-in models hold the tensors
 // their frameworks list, and the modeled step of a method, layer by layer and in buckets, is what
 // collectives::counting counts when the Synchronizer runs that step: calls, bytes and both
-// modeled times, at W = 3 and 4, for every kind of round.
+// modeled times, at W = 3 and 4, for every kind of round (the scatter exchange's alltoall included).
 #include <bellows/collectives/counting.hpp>
 #include <bellows/collectives/local.hpp>
 #include <bellows/compressors/identity.hpp>
@@ -107,6 +107,7 @@ TEST_CASE("model: the modeled step is what counting counts of the Synchronizer's
     check_model(bellows::identity<>(), budget);
     check_model(bellows::powersgd<>({.rank = 2}), budget);
     check_model(bellows::qsgd<>({.bits = 4, .bucket = 64}), budget);
+    check_model(bellows::qsgd<>({.bits = 4, .bucket = 64, .exchange = bellows::exchange::scatter}), budget);
     check_model(bellows::topk<>({.ratio = 0.3}), budget);  // dense switch beside payloads at W = 4
   }
 }

@@ -65,7 +65,8 @@ namespace bellows::tool {
 struct step_model {
   std::uint64_t calls = 0;
   double handed = 0;  ///< bytes this rank hands to the calls
-  double got = 0;     ///< bytes it receives: 2 (W - 1) / W of an allreduce's buffer, an allgather's other blocks
+  double got = 0;     ///< bytes it receives: 2 (W - 1) / W of an allreduce's buffer, the other ranks' blocks of an
+                      ///< allgather or an alltoall
   collectives::call_time time;
 
   void allreduce(double bytes, std::size_t ranks, const collectives::alpha_beta& link) {
@@ -75,6 +76,12 @@ struct step_model {
   void allgather(double bytes, std::size_t ranks, const collectives::alpha_beta& link) {
     const double others = bytes * static_cast<double>(ranks - 1);
     add(bytes, others, collectives::model_allgather(others, ranks, link));
+  }
+  /// An alltoall of `block` bytes to each rank: it hands and receives the other ranks' blocks
+  /// (its own stays), as collectives::counting counts them.
+  void alltoall(double block, std::size_t ranks, const collectives::alpha_beta& link) {
+    const double others = block * static_cast<double>(ranks - 1);
+    add(others, others, collectives::model_alltoall(others, others, ranks, link));
   }
 
 private:
@@ -93,6 +100,8 @@ inline void add_reduce(step_model& m, const exchange_rounds& layer, std::size_t 
   for (const exchange_round& r : layer) {
     if (r.op == collective_op::allreduce_sum)
       m.allreduce(static_cast<double>(r.bytes), ranks, link);
+    else if (r.op == collective_op::alltoall)
+      m.alltoall(static_cast<double>(r.bytes), ranks, link);
     else
       m.allgather(static_cast<double>(r.bytes), ranks, link);
   }
@@ -107,8 +116,9 @@ inline void add_reduce(step_model& m, const exchange_rounds& layer, std::size_t 
 }
 
 /// The same step in buckets `bounds` (plan_buckets): a bucket of one layer is its reduce; a
-/// larger one makes per round one allreduce of its layers' summed parts and one allgather of
-/// their payloads, each part padded as bucket_exchange places it.
+/// larger one makes per round one allreduce of its layers' summed parts, one alltoall of their
+/// scattered parts and one allgather of their payloads, each part padded as bucket_exchange
+/// places it.
 [[nodiscard]] inline step_model per_bucket(std::span<const exchange_rounds> rounds,
                                            std::span<const std::uint32_t> bounds, std::size_t ranks,
                                            const collectives::alpha_beta& link) {
@@ -119,12 +129,16 @@ inline void add_reduce(step_model& m, const exchange_rounds& layer, std::size_t 
       add_reduce(m, bucket[0], ranks, link);
       continue;
     }
-    std::size_t summed[exchange_rounds::capacity] = {}, block[exchange_rounds::capacity] = {};
+    std::size_t summed[exchange_rounds::capacity] = {}, scattered[exchange_rounds::capacity] = {},
+                block[exchange_rounds::capacity] = {};
     for (const exchange_rounds& layer : bucket)
       for (std::size_t r = 0; r < layer.size(); ++r)
-        (layer[r].op == collective_op::allreduce_sum ? summed : block)[r] += part_floats(layer[r].bytes);
+        (layer[r].op == collective_op::allreduce_sum ? summed
+         : layer[r].op == collective_op::alltoall    ? scattered
+                                                     : block)[r] += part_floats(layer[r].bytes);
     for (std::size_t r = 0; r < exchange_rounds::capacity; ++r) {
       if (summed[r] != 0) m.allreduce(static_cast<double>(summed[r] * sizeof(float)), ranks, link);
+      if (scattered[r] != 0) m.alltoall(static_cast<double>(scattered[r] * sizeof(float)), ranks, link);
       if (block[r] != 0) m.allgather(static_cast<double>(block[r] * sizeof(float)), ranks, link);
     }
   }
