@@ -53,16 +53,16 @@ def default_level(compressor):
 # What state_dict() records of the configuration and load_state_dict() requires to match (not
 # `threads`: the executor's threads change no result).
 CONFIG_FIELDS = ("family", "low", "high", "accordion", "eta", "interval", "feedback", "seed",
-                 "min_compression_rate", "warm_start", "level_change", "exchange")
+                 "min_compression_rate", "warm_start", "level_change", "exchange", "owner_memory")
 # Fields added after the first format, with the value a dict that lacks them was saved with.
-FIELD_DEFAULTS = {"level_change": repr("keep"), "exchange": repr("gather")}
+FIELD_DEFAULTS = {"level_change": repr("keep"), "exchange": repr("gather"), "owner_memory": repr("default")}
 FORMAT = "bellows_torch.State/3"  # 3: one synchronizer for the model; 2: one per parameter, with the rank
 EARLIER_FORMATS = ("bellows_torch.State/1", "bellows_torch.State/2")
 
 
 def config(compressor="powersgd", low=4, high=None, accordion=False, eta=0.5, interval=10,
            error_feedback="default", seed=0, threads=1, min_compression_rate=2.0, warm_start=True,
-           level_change="keep", exchange="gather"):
+           level_change="keep", exchange="gather", owner_memory="default"):
     """The configuration of a State (see State for the meaning of each argument)."""
     if compressor not in FAMILIES:
         raise ValueError(f"bellows_torch: compressor must be one of {FAMILIES}, got {compressor!r}")
@@ -81,9 +81,12 @@ def config(compressor="powersgd", low=4, high=None, accordion=False, eta=0.5, in
     if level_change not in ("keep", "reset"):
         raise ValueError(f"bellows_torch: level_change must be 'keep' or 'reset', got {level_change!r}")
     cfg.level_change = level_change
-    if exchange not in ("gather", "leader"):
-        raise ValueError(f"bellows_torch: exchange must be 'gather' or 'leader', got {exchange!r}")
+    if exchange not in ("gather", "scatter", "leader"):
+        raise ValueError(f"bellows_torch: exchange must be 'gather', 'scatter' or 'leader', got {exchange!r}")
     cfg.exchange = exchange
+    if owner_memory not in ("default", "on", "off"):
+        raise ValueError(f"bellows_torch: owner_memory must be 'default', 'on' or 'off', got {owner_memory!r}")
+    cfg.owner_memory = owner_memory
     return cfg
 
 
@@ -126,7 +129,11 @@ class State:
     exchange: "gather" (default): each rank's payload goes to every rank; "leader" (top-k only):
         the indices of one rank, taking turns by step, are every rank's, and only the values at
         them are summed, so each rank receives about 2 k indices and values whatever the world
-        size (docs/spec.md#top-k-leader).
+        size (docs/spec.md#top-k-leader); "scatter" (QSGD and EF-signSGD): each parameter cut into
+        one chunk per rank, averaged and re-encoded by the rank that owns it, then gathered, so each
+        rank receives about two payloads' worth whatever the world size (docs/spec.md#scatter-exchange).
+    owner_memory: under scatter, whether a chunk's owner keeps the error of its re-encoding:
+        "default" (the compressor's: off for QSGD, on for EF-signSGD), "on" or "off".
     model: the module (or its DDP wrapper) whose gradients the hook averages. The state is then
         keyed by parameter name and made up front, which state_dict() needs. Without it, a
         gradient is known by its bucket and position ("bucket3.grad1"), and a parameter that DDP

@@ -30,6 +30,9 @@ CONFIGS = {
     "topk_accordion": dict(compressor="topk", low=0.5, high=0.05, accordion=True, interval=1),
     "topk_leader_accordion": dict(compressor="topk", low=0.5, high=0.05, accordion=True, interval=1,
                                   exchange="leader"),
+    "qsgd_scatter": dict(compressor="qsgd", low=4, exchange="scatter", owner_memory="on"),
+    "signsgd_scatter_accordion": dict(compressor="signsgd", low=0, high=64, accordion=True, interval=1,
+                                      exchange="scatter"),
 }
 # Every other compressor of the list, at the library's default level.
 LISTED = [f for f in bellows_torch.FAMILIES if f not in CONFIGS]
@@ -158,6 +161,12 @@ class HookMatchesDirect(unittest.TestCase):
     def test_topk_leader_accordion(self):
         self.check("topk_leader_accordion")
 
+    def test_qsgd_scatter(self):
+        self.check("qsgd_scatter")
+
+    def test_signsgd_scatter_accordion(self):
+        self.check("signsgd_scatter_accordion")
+
     def test_every_other_listed_compressor(self):
         for name in LISTED:
             with self.subTest(name):
@@ -177,9 +186,13 @@ class HookMatchesDirect(unittest.TestCase):
                          "bellows_torch: low=1.5: topk: ratio must be in (0, 1], got 1.5")
         self.assertEqual(dist_util.run(refusal, dict(compressor="powersgd", low=4, high=0, accordion=True)),
                          "bellows_torch: high=0: powersgd: rank must be >= 1, got 0")
-        self.assertEqual(dist_util.run(refusal, dict(compressor="qsgd", low=4, exchange="leader")),
-                         "bellows_torch: exchange='leader': qsgd averages by its own exchange only "
+        self.assertEqual(dist_util.run(refusal, dict(compressor="powersgd", low=4, exchange="leader")),
+                         "bellows_torch: exchange='leader': powersgd averages by its own exchange only "
                          "(exchange='gather')")
+        self.assertEqual(dist_util.run(refusal, dict(compressor="qsgd", low=4, exchange="leader")),
+                         "bellows_torch: exchange='leader': qsgd's exchanges are gather|scatter")
+        self.assertEqual(dist_util.run(refusal, dict(compressor="topk", low=0.1, owner_memory="on")),
+                         "bellows_torch: owner_memory='on': topk has no scatter exchange")
 
 
 if __name__ == "__main__":

@@ -101,6 +101,21 @@ public:
     group_->allgather(outs, ins)->wait();
   }
 
+  /// W blocks of one size (a bucket's scattered payloads): block j of `blocks` to rank j, in one
+  /// alltoall, straight into `slots`, what rank i sent at byte i * slot.
+  void alltoall_slots(std::span<const std::byte> blocks, std::span<std::byte> slots, std::size_t slot) {
+    const std::size_t w = size();
+    BELLOWS_EXPECTS(blocks.size() == w * slot && slots.size() >= w * slot, "bellows_torch: alltoall_slots of ",
+                    blocks.size(), " bytes into ", slots.size(), " bytes of ", w, " slots of ", slot);
+    if (slot == 0) return;
+    const auto bytes = static_cast<std::int64_t>(w * slot);
+    at::Tensor in = at::from_blob(const_cast<std::byte*>(blocks.data()), {bytes}, at::kByte);
+    at::Tensor out = at::from_blob(slots.data(), {bytes}, at::kByte);
+    std::vector<std::int64_t> even;
+    ++calls_;
+    group_->alltoall_base(out, in, even, even)->wait();
+  }
+
   /// Block j of `blocks` (sizes[j] bytes) to rank j; `out` gets, at block i, what rank i sent
   /// this rank (bellows::AlltoallCollective).
   void alltoall(std::span<const std::byte> blocks, std::span<const std::size_t> sizes, bellows::gather_buffer& out) {
@@ -155,7 +170,8 @@ struct hook_config {
   float min_compression_rate = 2.0f;
   bool warm_start = true;
   std::string level_change = "keep";  ///< keep or reset: a layer's state when Accordion switches its level
-  std::string exchange = "gather";    ///< how the ranks average: gather, or leader (top-k)
+  std::string exchange = "gather";    ///< how the ranks average: gather, scatter (QSGD, EF-signSGD) or leader (top-k)
+  std::string owner_memory = "default";  ///< under scatter: default (the compressor's), on or off
 };
 
 /// Key of a parameter's random streams (layer_info::stream), added to the configuration's seed:
@@ -274,11 +290,16 @@ std::string level_text(double level) {
   return {buf, end};
 }
 
+/// Method M's option `name`, or nullptr.
+template <class M>
+constexpr const bellows::method_option* option_of(std::string_view name) {
+  for (const bellows::method_option& o : M::options)
+    if (o.name == name) return &o;
+  return nullptr;
+}
 template <class M>
 constexpr bool has_option(std::string_view name) {
-  for (const bellows::method_option& o : M::options)
-    if (o.name == name) return true;
-  return false;
+  return option_of<M>(name) != nullptr;
 }
 
 /// Method M's compressor at one level, with the configuration's memory, seed and PowerSGD knobs.
@@ -295,9 +316,18 @@ typename M::template compressor<bellows::cpu::executor> compressor_at(const hook
   if (has_option<M>("min-compression-rate")) s.set("min-compression-rate", level_text(cfg.min_compression_rate));
   if (has_option<M>("warm-start")) s.set("warm-start", cfg.warm_start ? "true" : "false");
   if (cfg.exchange != "gather") {
-    BELLOWS_EXPECTS(has_option<M>("exchange"), "bellows_torch: exchange='", cfg.exchange, "': ", M::name,
+    const bellows::method_option* exchange = option_of<M>("exchange");
+    BELLOWS_EXPECTS(exchange != nullptr, "bellows_torch: exchange='", cfg.exchange, "': ", M::name,
                     " averages by its own exchange only (exchange='gather')");
+    const auto choices = bellows::split_choices(exchange->choices);
+    BELLOWS_EXPECTS(std::ranges::find(choices, std::string_view(cfg.exchange)) != choices.end(),
+                    "bellows_torch: exchange='", cfg.exchange, "': ", M::name, "'s exchanges are ", exchange->choices);
     s.set("exchange", cfg.exchange);
+  }
+  if (cfg.owner_memory != "default") {
+    BELLOWS_EXPECTS(has_option<M>("owner-memory"), "bellows_torch: owner_memory='", cfg.owner_memory, "': ", M::name,
+                    " has no scatter exchange");
+    s.set("owner-memory", cfg.owner_memory);
   }
   if (!M::level.empty()) s.set(M::level, level_text(level));
   try {
@@ -583,7 +613,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("min_compression_rate", &hook_config::min_compression_rate)
       .def_readwrite("warm_start", &hook_config::warm_start)
       .def_readwrite("level_change", &hook_config::level_change)
-      .def_readwrite("exchange", &hook_config::exchange);
+      .def_readwrite("exchange", &hook_config::exchange)
+      .def_readwrite("owner_memory", &hook_config::owner_memory);
   py::class_<hook_state>(m, "HookState")
       .def(py::init<hook_config, const c10::intrusive_ptr<c10d::ProcessGroup>&>())
       .def("prepare", &hook_state::prepare)
