@@ -31,6 +31,7 @@
 
 #include "../support/bits.hpp"
 #include "../support/random.hpp"
+#include "../support/resume.hpp"
 
 namespace {
 
@@ -350,25 +351,11 @@ TEST_CASE("scatter: a checkpoint round trip continues with the same bits, the ow
   constexpr std::size_t n = 700, ranks = 3;
   local_group(ranks).run([&](local& comm) {
     bellows::signsgd<> c({.bucket = 20, .exchange = scatter});
-    const bellows::layer_info layer{2, "layer", bellows::shape{n}};
-    auto st = c.make_state(layer);
-    for (std::size_t t = 0; t < 3; ++t) {
-      auto g = gradient(n, comm.rank(), t);
-      REQUIRE(c.reduce(st, g, comm).status == bellows::step_status::ok);
-    }
-    bellows::checkpoint_writer w;
-    c.save(st, w);
-    auto resumed = c.make_state(layer);
-    bellows::checkpoint_reader in(w.bytes());
-    c.load(resumed, in);
-    CHECK(same_bits(resumed.owner.values(), st.owner.values()));
-    for (std::size_t t = 3; t < 6; ++t) {
-      auto a = gradient(n, comm.rank(), t), b = a;
-      REQUIRE(c.reduce(st, a, comm).status == bellows::step_status::ok);
-      REQUIRE(c.reduce(resumed, b, comm).status == bellows::step_status::ok);
-      CHECK(same_bits(a, b));
-      CHECK(same_bits(st.owner.values(), resumed.owner.values()));
-    }
+    bellows::testing::check_resume(
+        c, {2, "layer", bellows::shape{n}}, comm, gradient, 3, 3, [](const auto& x, const auto& y) {
+          return same_bits(x.memory.values(), y.memory.values()) && same_bits(x.owner.values(), y.owner.values()) &&
+                 x.step == y.step && !x.owner.values().empty();
+        });
   });
 }
 

@@ -9,7 +9,6 @@
 #include <bellows/collectives/counting.hpp>
 #include <bellows/collectives/local.hpp>
 #include <bellows/compressors/topk.hpp>
-#include <bellows/core/checkpoint.hpp>
 
 #include <doctest/doctest.h>
 
@@ -25,6 +24,7 @@
 
 #include "../support/bits.hpp"
 #include "../support/random.hpp"
+#include "../support/resume.hpp"
 
 namespace {
 
@@ -279,24 +279,10 @@ TEST_CASE("topk leader: a checkpoint round trip continues with the same bits, th
   constexpr std::size_t n = 700, ranks = 3;
   local_group(ranks).run([&](local& comm) {
     bellows::topk<> c({.ratio = 0.03, .mode = bellows::topk_mode::approximate, .exchange = leader});
-    const bellows::layer_info layer{0, "layer", bellows::shape{n}};
-    auto st = c.make_state(layer);
-    for (std::size_t t = 0; t < 4; ++t) {
-      auto g = gradient(n, comm.rank(), t);
-      REQUIRE(c.reduce(st, g, comm).status == bellows::step_status::ok);
-    }
-    bellows::checkpoint_writer w;
-    c.save(st, w);
-    auto resumed = c.make_state(layer);
-    bellows::checkpoint_reader in(w.bytes());
-    c.load(resumed, in);
-    for (std::size_t t = 4; t < 8; ++t) {
-      auto a = gradient(n, comm.rank(), t), b = a;
-      REQUIRE(c.reduce(st, a, comm).status == bellows::step_status::ok);
-      REQUIRE(c.reduce(resumed, b, comm).status == bellows::step_status::ok);
-      CHECK(same_bits(a, b));
-      CHECK(same_bits(st.memory.values(), resumed.memory.values()));
-    }
+    bellows::testing::check_resume(c, {0, "layer", bellows::shape{n}}, comm, gradient, 4, 4,
+                                   [](const auto& x, const auto& y) {
+                                     return same_bits(x.memory.values(), y.memory.values()) && x.step == y.step;
+                                   });
   });
 }
 
