@@ -11,12 +11,12 @@
 // each). The call of round r is one allreduce_sum of the summed buffer, one allgather of the block
 // and one alltoall of the scattered blocks, each made only when some layer needs it; every rank
 // makes the same calls, since rounds(state, ranks) is the same on every rank. The alltoall is
-// host memory's (AlltoallCollective; where the collective offers alltoall_slots, one call of
-// blocks of one size straight into an array, as allgather_slots); a bucket that needs one over a
-// collective without it is refused before any layer begins. So the blocks are of one size on every rank: where the collective has
-// allgather_slots (a DeviceCollective, and host collectives that offer it: one call where
-// allgather may make two), the copies land a block apart in an array of the backend's memory;
-// otherwise in a gather_buffer on the host, whose blocks of one size lie a block apart too. A
+// host memory's (AlltoallCollective, through core/slotted_calls.hpp); a bucket that needs one over
+// a collective without it is refused before any layer begins. The blocks are of one size on every
+// rank: where the collective has allgather_slots (a DeviceCollective, and host collectives that
+// offer it: one call where allgather may make two), the copies land a block apart in an array of
+// the backend's memory; otherwise in a gather_buffer on the host, whose blocks of one size lie a
+// block apart too. A
 // finite payload shorter than its part (top-k's approximate count) travels at its part's length;
 // the traffic reported per layer is the compressor's own, as its reduce reports it.
 //
