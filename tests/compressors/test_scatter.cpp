@@ -10,7 +10,8 @@
 // concatenation itself. Also: the same bits on every rank, the memories' telescoping sum, empty
 // chunks and n < W, NaN on one rank, a corrupted chunk payload, a checkpoint round trip, a bucket
 // of scatter and gather layers against each layer's reduce, the calls and bytes per rank, a
-// collective without alltoall, and the options.
+// collective without alltoall, level changes (the owner memory kept or started afresh), and the
+// options.
 #include <bellows/collectives/counting.hpp>
 #include <bellows/collectives/local.hpp>
 #include <bellows/compressors/qsgd.hpp>
@@ -483,4 +484,51 @@ TEST_CASE("scatter: the options, the owner memory's defaults, and the codecs' re
   CHECK_THROWS_WITH_AS(q.validate(), doctest::Contains("leader"), bellows::error);
   bellows::signsgd_params p{.exchange = static_cast<bellows::exchange>(9)};
   CHECK_THROWS_WITH_AS(p.validate(), doctest::Contains("exchange"), bellows::error);
+}
+
+TEST_CASE("scatter: a level change keeps the owner memory where the chunks stay, and starts it afresh where not") {
+  constexpr std::size_t n = 1000, ranks = 3;
+  local_group(ranks).run([&](local& comm) {
+    // QSGD at 8 and 2 bits, buckets of 64 both: the same chunks, the memory kept
+    bellows::qsgd<> eight({.bits = 8, .bucket = 64, .exchange = scatter, .owner_memory = true});
+    bellows::qsgd<> two({.bits = 2, .bucket = 64, .exchange = scatter, .owner_memory = true});
+    auto st = eight.make_state({4, "layer", bellows::shape{n}});
+    auto g = gradient(n, comm.rank(), 0);
+    REQUIRE(eight.reduce(st, g, comm).status == bellows::step_status::ok);
+    REQUIRE(!st.owner.values().empty());
+    // against a state at the same step whose owner memory starts at zero: the kept one shows
+    auto zero = two.make_state({4, "layer", bellows::shape{n}});
+    zero.step = st.step;
+    g = gradient(n, comm.rank(), 1);
+    auto g0 = g;
+    REQUIRE(two.reduce(st, g, comm).status == bellows::step_status::ok);
+    REQUIRE(two.reduce(zero, g0, comm).status == bellows::step_status::ok);
+    CHECK(st.chunks == bellows::chunk_plan("test", n, ranks, 64, 4));
+    CHECK_FALSE(same_bits(g, g0));
+    // EF-signSGD with one scale per chunk, then buckets of 16: other chunks, the memory afresh
+    bellows::signsgd<> whole({.bucket = 0, .exchange = scatter});
+    bellows::signsgd<> sixteen({.bucket = 16, .exchange = scatter});
+    auto s = whole.make_state({5, "other", bellows::shape{n}});
+    auto h = gradient(n, comm.rank(), 0);
+    REQUIRE(whole.reduce(s, h, comm).status == bellows::step_status::ok);
+    const bellows::chunk_plan before = s.chunks;
+    CHECK(before == bellows::chunk_plan("test", n, ranks, 1, 5));
+    bool nonzero = false;
+    for (const float e : s.owner.values()) nonzero = nonzero || e != 0.0f;
+    CHECK(nonzero);
+    h = gradient(n, comm.rank(), 1);
+    auto fresh = sixteen.make_state({5, "other", bellows::shape{n}});
+    fresh.step = s.step;
+    fresh.memory.assign(bellows::cpu::executor::shared(), s.memory.values());
+    auto h2 = h;
+    REQUIRE(sixteen.reduce(s, h, comm).status == bellows::step_status::ok);
+    REQUIRE(sixteen.reduce(fresh, h2, comm).status == bellows::step_status::ok);
+    CHECK(s.chunks == bellows::chunk_plan("test", n, ranks, 16, 5));
+    CHECK(same_bits(h, h2));  // as a state whose owner memory starts at zero
+    CHECK(same_bits(s.owner.values(), fresh.owner.values()));
+    // a compressor of the other exchange is refused by the state
+    bellows::signsgd<> gather({.bucket = 16});
+    auto k = gradient(n, comm.rank(), 2);
+    CHECK_THROWS_WITH_AS((void)gather.reduce(s, k, comm), doctest::Contains("one exchange"), bellows::error);
+  });
 }
