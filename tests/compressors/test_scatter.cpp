@@ -4,7 +4,8 @@
 // into W chunks of whole buckets, owned by rank (c + id) mod W; each rank's chunk payloads encoded
 // with the (chunk, rank) noise; each owner's average of the W decoded payloads (0.0f + each in
 // rank order, then / W), plus its memory, encoded once with the owner's noise; every rank's output
-// the owners' decoded chunks. The reference draws its payloads from the codec's own encode, on a
+// the owners' decoded chunks (the reference's decoded values are 0.0f + each, so a zero's sign is
+// not compared). The reference draws its payloads from the codec's own encode, on a
 // layer of the chunk's size and the step's counter (the PayloadCodec calls, checked against their
 // own references elsewhere), and does the cutting, the averaging, the memories and the
 // concatenation itself. Also: the same bits on every rank, the memories' telescoping sum, empty
@@ -110,7 +111,7 @@ reference brute_force(const C& codec, std::uint32_t id, std::size_t n, std::size
         for (std::size_t i = 0; i < len; ++i) u[i] += owner[o][i];
       const vec v = round_trip(codec, id, t, u, bellows::chunk_plan::owner_stream(c));
       for (std::size_t i = 0; i < len; ++i) {
-        out[plan.begin(c) + i] = 0.0f + v[i];
+        out[plan.begin(c) + i] = v[i];
         if (owner_memory) owner[o][i] = u[i] - v[i];
       }
     }

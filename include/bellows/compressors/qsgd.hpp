@@ -52,8 +52,8 @@ private:
                   codes, non_finite);
   }
   void decode_arrays(std::span<const float> scales, std::span<const std::uint8_t> codes, const code_layout& layout,
-                     std::span<float> acc) const {
-    unpack_dequantize(*this->exec_, scales, codes, layout, acc, true);
+                     std::span<float> out, bool accumulate) const {
+    unpack_dequantize(*this->exec_, scales, codes, layout, out, accumulate);
   }
 };
 

@@ -57,8 +57,8 @@ private:
     sign_encode(*this->exec_, in, layout, scales, signs, workspace, non_finite);
   }
   void decode_arrays(std::span<const float> scales, std::span<const std::uint8_t> signs, const sign_layout& layout,
-                     std::span<float> acc) const {
-    sign_decode(*this->exec_, scales, signs, layout, acc, true);
+                     std::span<float> out, bool accumulate) const {
+    sign_decode(*this->exec_, scales, signs, layout, out, accumulate);
   }
 };
 

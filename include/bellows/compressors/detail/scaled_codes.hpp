@@ -36,7 +36,8 @@
 // layout, shape, header checks) and, as private members its base may call:
 //   workspace_floats(layout): the floats of scratch its encoder needs;
 //   encode_arrays(st, in, layout, scales, codes, workspace, non_finite, rank): its encoding kernel;
-//   decode_arrays(scales, codes, layout, acc): adds one payload's decoded values to acc.
+//   decode_arrays(scales, codes, layout, out, accumulate): one payload's decoded values added to
+//   out (accumulate) or written into it.
 // The backends supply the rest (plan/payload_slots.hpp, cpu/payload_slots.hpp,
 // cuda/scaled_payload.cuh, and average_payloads beside each codec's kernels).
 #pragma once
@@ -229,11 +230,7 @@ public:
     check_buffer(Derived::name, st.layer, acc.size());
     const step_status s = validate(st, payload);
     if (s != step_status::ok) return s;
-    const auto layout = format_.layout(st.layer.size());
-    const scaled_payload shape = format_.shape(st.layer.size());
-    derived().decode_arrays({reinterpret_cast<const float*>(payload.data() + wire::header_bytes), layout.buckets()},
-                            {reinterpret_cast<const std::uint8_t*>(payload.data() + shape.codes_at), shape.code_bytes},
-                            layout, acc);
+    decode_into(payload, acc, true);
     return s;
   }
 
@@ -270,8 +267,9 @@ public:
       rank = static_cast<std::size_t>(in.get<std::uint64_t>(name + " rank"));
       if (ranks != 0) {
         chunks = plan(st.layer, static_cast<std::size_t>(ranks));
-        BELLOWS_EXPECTS(rank < ranks, Derived::name, ": checkpoint of layer '", st.layer.name, "' saved by rank ", rank,
-                        " of ", ranks);
+        if (rank >= ranks || ranks > chunk_plan::max_ranks)
+          fail<wire_error>(Derived::name, ": checkpoint of layer '", st.layer.name, "' saved by rank ", rank, " of ",
+                           ranks);
         owner.resize(params().owner_memory ? chunks.size(chunks.owned_by(rank)) : 0);
       }
       in.get_finite_array(std::span<float>(owner), name + " owner memory");
@@ -479,7 +477,7 @@ private:
 
   /// Every owner's payload validated, in rank order (a malformed one raises the validation's
   /// wire_error, naming its rank: the same on every rank); when all are good and finite, `grad`
-  /// = their decoded chunks, one after the other.
+  /// = their decoded chunks, one after the other, each written in one pass.
   void concatenate_chunks(state& st, std::span<float> grad, const round_part& gathered) {
     const chunk_plan& p = st.chunks;
     check_gathered(Derived::name, st.layer, gathered.stride * sizeof(float), format_.shape(p.largest()).bytes,
@@ -497,15 +495,18 @@ private:
     if (flagged) return;
     for (std::size_t r = 0; r < p.ranks(); ++r) {
       const std::size_t c = p.owned_by(r), n = p.size(c);
-      const scaled_payload shape = format_.shape(n);
-      const std::span<const std::byte> payload = slot(gathered, r, shape.bytes);
-      const std::span<float> out = grad.subspan(p.begin(c), n);
-      fill(*exec_, out, 0.0f);
-      derived().decode_arrays(
-          {reinterpret_cast<const float*>(payload.data() + wire::header_bytes), shape.header.count},
-          {reinterpret_cast<const std::uint8_t*>(payload.data() + shape.codes_at), shape.code_bytes}, format_.layout(n),
-          out);
+      decode_into(slot(gathered, r, format_.shape(n).bytes), grad.subspan(p.begin(c), n), false);
     }
+  }
+
+  /// A validated payload of out.size() elements (the layer, or a chunk), decoded into `out`:
+  /// added to it (accumulate) or written.
+  void decode_into(std::span<const std::byte> payload, std::span<float> out, bool accumulate) const {
+    const auto layout = format_.layout(out.size());
+    const scaled_payload shape = format_.shape(out.size());
+    derived().decode_arrays({reinterpret_cast<const float*>(payload.data() + wire::header_bytes), layout.buckets()},
+                            {reinterpret_cast<const std::uint8_t*>(payload.data() + shape.codes_at), shape.code_bytes},
+                            layout, out, accumulate);
   }
 
   /// What a scatter step hands to its calls: W payload slots to the alltoall, one to the
