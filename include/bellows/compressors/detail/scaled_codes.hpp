@@ -50,6 +50,7 @@
 #include <utility>
 #include <vector>
 
+#include "bellows/compressors/detail/scatter_state.hpp"
 #include "bellows/compressors/detail/step_checks.hpp"
 #include "bellows/compressors/detail/step_record.hpp"
 #include "bellows/concepts.hpp"
@@ -57,7 +58,6 @@
 #include "bellows/core/error.hpp"
 #include "bellows/core/shape.hpp"
 #include "bellows/core/traffic.hpp"
-#include "bellows/core/slotted_calls.hpp"
 #include "bellows/core/wire.hpp"
 #include "bellows/feedback/error_feedback.hpp"
 #include "bellows/plan/chunks.hpp"
@@ -77,22 +77,15 @@ public:
   using params_type = std::remove_cvref_t<decltype(std::declval<const Format&>().params())>;
 
   /// One layer: step counter, error memory and workspace, all but the counter in the backend's
-  /// memory. The payload slots are sized by the first step (they depend on the ranks).
-  struct state {
+  /// memory. The payload slots are sized by the first step (they depend on the ranks), as are the
+  /// scatter exchange's chunks and owner memory (its base).
+  struct state : scatter_state<Exec> {
     layer_info layer;
     std::uint64_t step = 0;
     layer_memory<Exec> memory;  ///< e, zero at first (no values without a memory)
     layer_memory<Exec> staged;  ///< m = g + e, then e' of the step under way, current once it concludes ok
     mutable array workspace;    ///< the encoder's scratch (EF-signSGD's chunk sums of long buckets)
     slots_type slots;           ///< this step's payloads (reduce's), and the words of their checks
-    // The scatter exchange's, sized by the first step (the chunks depend on the ranks):
-    bellows::exchange exchange = bellows::exchange::gather;  ///< the exchange it was made for
-    chunk_plan chunks;                                       ///< the layer's chunks at this step's W
-    std::size_t rank = 0;                                    ///< this rank, for the owner's round
-    layer_memory<Exec> owner;                                ///< E_c of the chunk this rank owns (with owner_memory)
-    layer_memory<Exec> owner_staged;                         ///< u_c, then E_c' of the step under way
-    array sends, own;     ///< reduce's payloads for the alltoall, and its owner payload
-    slotted_calls calls;  ///< reduce's alltoall, then its allgather
   };
 
   [[nodiscard]] const params_type& params() const noexcept { return format_.params(); }
@@ -129,7 +122,7 @@ public:
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     check_stream(Derived::name, st.layer, coll, *exec_);
     if constexpr (host_backend)
-      if (scattered()) return reduce_scattered(st, inout, coll);
+      if (scattered()) return reduce_scattered(derived_mut(), st, st, *exec_, inout, coll);
     const std::size_t rank = coll.rank();
     const scaled_payload shape = begin_step(st, inout.size());
     st.slots.prepare(*exec_, coll.size(), shape.bytes);
@@ -152,7 +145,8 @@ public:
     st.slots.prepare(*exec_, ranks, 0);  // the words only: the payloads are the caller's
     if constexpr (host_backend)
       if (scattered()) {
-        prepare_scatter(st, rank, ranks);
+        st.prepare(*exec_, Derived::name, st.layer, plan(st.layer, ranks), rank, params().owner_memory,
+                   params().feedback);
         return encode_chunks(st, compensate(st, grad), parts[0]);
       }
     const std::span<const float> m = compensate(st, grad);
@@ -187,7 +181,7 @@ public:
     const step_status s = status(st);
     if (s == step_status::ok) {
       std::swap(st.memory, st.staged);
-      if (st.owner.enabled()) std::swap(st.owner, st.owner_staged);
+      st.commit();
       ++st.step;
     }
     return {s, scattered() ? scatter_sent(st) : format_.sent(st.layer.size())};
@@ -247,41 +241,21 @@ public:
   /// one) and the owner memory (empty without one). Waits for the executor.
   void save(const state& st, checkpoint_writer& out) const {
     save_step_record(*exec_, st.step, st.memory, out);
-    if (!scattered()) return;
-    out.put(std::uint64_t{st.chunks.ranks()});
-    out.put(std::uint64_t{st.rank});
-    std::vector<float> staging;
-    out.put_array(st.owner.host(*exec_, staging));
+    if (scattered()) st.save(*exec_, out);
   }
   /// Reads what save wrote for the same layer and configuration; checks before it changes
   /// anything. A state loaded under scatter keeps the saved ranks and rank: a step at others
-  /// raises bellows::error (prepare_scatter).
+  /// raises bellows::error (scatter_state::prepare).
   void load(state& st, checkpoint_reader& in) const {
     const std::string name(Derived::name);
     const step_record rec = read_step_record(in, st.memory.values().size(), name + " step", name + " error memory");
-    chunk_plan chunks;
-    std::size_t rank = 0;
-    std::vector<float> owner;
-    if (scattered()) {
-      const auto ranks = in.get<std::uint64_t>(name + " ranks");
-      rank = static_cast<std::size_t>(in.get<std::uint64_t>(name + " rank"));
-      if (ranks != 0) {
-        chunks = plan(st.layer, static_cast<std::size_t>(ranks));
-        if (rank >= ranks || ranks > chunk_plan::max_ranks)
-          fail<wire_error>(Derived::name, ": checkpoint of layer '", st.layer.name, "' saved by rank ", rank, " of ",
-                           ranks);
-        owner.resize(params().owner_memory ? chunks.size(chunks.owned_by(rank)) : 0);
-      }
-      in.get_finite_array(std::span<float>(owner), name + " owner memory");
-    }
+    scatter_record scatter;
+    if (scattered())
+      scatter = scatter_state<Exec>::read(
+          Derived::name, st.layer, in, [&](std::size_t ranks) { return plan(st.layer, ranks); }, params().owner_memory);
     st.memory.assign(*exec_, rec.memory);
     st.step = rec.step;
-    if (chunks.ranks() != 0) {
-      st.chunks = chunks;
-      st.rank = rank;
-      allocate_owner(st);
-      st.owner.assign(*exec_, owner);
-    }
+    st.restore(*exec_, scatter, params().owner_memory, params().feedback);
   }
 
 protected:
@@ -297,15 +271,14 @@ protected:
 
 private:
   [[nodiscard]] const Derived& derived() const noexcept { return static_cast<const Derived&>(*this); }
+  [[nodiscard]] Derived& derived_mut() noexcept { return static_cast<Derived&>(*this); }
 
   /// Before a step: the buffer and the memory kind fit, the workspace too (reallocated only for
   /// another compressor's need). Returns the layer's payload shape.
   scaled_payload begin_step(state& st, std::size_t size) const {
     check_buffer(Derived::name, st.layer, size);
     st.memory.check_kind(Derived::name, st.layer.name, params().feedback);
-    BELLOWS_EXPECTS(st.exchange == params().exchange, Derived::name, ": layer '", st.layer.name,
-                    "' has a state made for the ", to_string(st.exchange), " exchange, used by a compressor with ",
-                    to_string(params().exchange), " (a layer's levels share one exchange)");
+    st.check_exchange(Derived::name, st.layer, params().exchange);
     if (const std::size_t need = derived().workspace_floats(format_.layout(st.layer.size()));
         st.workspace.size() < need) {
       exec_->synchronize();  // work enqueued before may still use the buffer replaced
@@ -366,64 +339,6 @@ private:
     return {Derived::name, layer.size(), ranks, format_.block(), layer.id};
   }
 
-  /// The scatter step of reduce: the phases over the state's own buffers, with one alltoall and
-  /// one allgather. Raises bellows::error, before any state changes, when `coll` has no alltoall.
-  template <class Coll>
-  reduce_result reduce_scattered(state& st, std::span<float> inout, Coll& coll) {
-    if constexpr (!AlltoallCollective<Coll>) {
-      fail<error>(Derived::name, ": layer '", st.layer.name,
-                  "': the scatter exchange needs a collective with alltoall (AlltoallCollective, concepts.hpp)");
-    } else {
-      const std::size_t rank = coll.rank(), ranks = coll.size();
-      const std::size_t floats = rounds(st, ranks)[0].bytes / sizeof(float);
-      if (st.sends.size() < ranks * floats) st.sends = array(*exec_, ranks * floats);  // the first step's
-      if (st.own.size() < floats) st.own = array(*exec_, floats);
-      round_part parts[2] = {{st.sends.span().first(floats), floats}, {st.own.span().first(floats), 0}};
-      begin(st, inout, parts, rank, ranks);
-      const auto first = [floats](std::span<std::byte> slots) {
-        return std::span<float>(reinterpret_cast<float*>(slots.data()), floats);
-      };
-      parts[0] = {
-          first(st.calls.alltoall(coll, std::as_bytes(st.sends.span().first(ranks * floats)), floats * sizeof(float))),
-          floats};
-      next(st, inout, 1, parts);
-      parts[1] = {first(st.calls.allgather(coll, std::as_bytes(parts[1].values))), floats};
-      finish(st, inout, parts, rank, ranks);
-      return conclude(st);
-    }
-  }
-
-  /// The chunks at `ranks`, and the owner's buffers for this rank's chunk, allocated at the first
-  /// step and afresh (zero) when a level of another bucket size or owner_memory changes them.
-  /// Raises bellows::error when the state's owner memory is of another world size or rank (a
-  /// checkpoint's, or an earlier step's).
-  void prepare_scatter(state& st, std::size_t rank, std::size_t ranks) const {
-    BELLOWS_EXPECTS(st.chunks.ranks() == 0 || (st.chunks.ranks() == ranks && st.rank == rank), Derived::name,
-                    ": layer '", st.layer.name, "': its owner memory is of rank ", st.rank, " of ", st.chunks.ranks(),
-                    " ranks, this step is rank ", rank, " of ", ranks,
-                    " (a checkpoint of another world size starts afresh: docs/spec.md#scatter-exchange)");
-    const chunk_plan chunks = plan(st.layer, ranks);
-    if (chunks == st.chunks && st.owner.enabled() == params().owner_memory) return;
-    st.chunks = chunks;
-    st.rank = rank;
-    allocate_owner(st);
-  }
-  /// The owner's buffers for the chunk of st.rank at st.chunks, zero.
-  void allocate_owner(state& st) const {
-    const std::size_t n = st.chunks.size(st.chunks.owned_by(st.rank));
-    const feedback kind = !params().owner_memory                  ? feedback::none
-                          : params().feedback == feedback::scaled ? feedback::scaled
-                                                                  : feedback::residual;
-    st.owner = layer_memory<Exec>(*exec_, kind, n);
-    st.owner_staged = layer_memory<Exec>(*exec_, feedback::residual, n);
-  }
-
-  /// Payload slot j of a round's part (its own payload for rank j, or what rank j sent), of
-  /// `bytes`.
-  static std::span<std::byte> slot(const round_part& part, std::size_t j, std::size_t bytes) {
-    return {reinterpret_cast<std::byte*>(part.values.data() + j * part.stride), bytes};
-  }
-
   /// Each chunk of m encoded for its owner into `out` (the alltoall's part), with the noise of
   /// (chunk, rank), and the next memory staged chunk by chunk.
   void encode_chunks(state& st, std::span<const float> m, const round_part& out) const {
@@ -432,7 +347,7 @@ private:
     for (std::size_t c = 0; c < p.ranks(); ++c) {
       const std::size_t at = p.begin(c), n = p.size(c);
       const scaled_payload shape = format_.shape(n);
-      const std::span<std::byte> payload = slot(out, p.owner(c), shape.bytes);
+      const std::span<std::byte> payload = chunk_slot(out, p.owner(c), shape.bytes);
       typename slots_type::words words(*exec_);
       encode_into(st, m.subspan(at, n), payload, shape, words.non_finite, chunk_plan::worker_stream(c, st.rank));
       if (st.memory.enabled())
@@ -453,7 +368,7 @@ private:
     bool flagged = false, malformed = false;
     for (std::size_t i = 0; i < p.ranks(); ++i) {
       try {
-        flagged |= payload_status(st, n, slot(received, i, shape.bytes)) == step_status::non_finite;
+        flagged |= payload_status(st, n, chunk_slot(received, i, shape.bytes)) == step_status::non_finite;
       } catch (const wire_error&) {
         malformed = true;
       }
@@ -469,7 +384,7 @@ private:
       average_payloads(*exec_, st.slots, format_.layout(n), shape, st.rank, u, {}, {});
       if (st.owner.enabled()) add(*exec_, u, u, std::as_const(st.owner).values());
     }
-    const std::span<std::byte> payload = slot(out, 0, shape.bytes);
+    const std::span<std::byte> payload = chunk_slot(out, 0, shape.bytes);
     encode_into(st, u, payload, shape, words.non_finite, chunk_plan::owner_stream(c));
     if (malformed) payload[offsetof(wire::header, flags)] |= std::byte{wire::flag::relayed_malformed};
     if (st.owner.enabled()) stage_memory(*exec_, payload, format_.layout(n), shape, u);
@@ -486,7 +401,7 @@ private:
     for (std::size_t r = 0; r < p.ranks(); ++r) {
       const std::size_t n = p.size(p.owned_by(r));
       try {
-        flagged |= payload_status(st, n, slot(gathered, r, format_.shape(n).bytes)) == step_status::non_finite;
+        flagged |= payload_status(st, n, chunk_slot(gathered, r, format_.shape(n).bytes)) == step_status::non_finite;
       } catch (const wire_error& e) {
         fail<wire_error>(Derived::name, ": layer '", st.layer.name, "': the chunk payload of rank ", r, ": ", e.what());
       }
@@ -495,7 +410,7 @@ private:
     if (flagged) return;
     for (std::size_t r = 0; r < p.ranks(); ++r) {
       const std::size_t c = p.owned_by(r), n = p.size(c);
-      decode_into(slot(gathered, r, format_.shape(n).bytes), grad.subspan(p.begin(c), n), false);
+      decode_into(chunk_slot(gathered, r, format_.shape(n).bytes), grad.subspan(p.begin(c), n), false);
     }
   }
 
