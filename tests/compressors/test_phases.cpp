@@ -151,6 +151,19 @@ TEST_CASE("phases: the allgather codecs over one bucket equal each layer's reduc
       return bellows::signsgd<>({.bucket = 16, .exchange = bellows::exchange::scatter}, exec);
     });
   }
+  SUBCASE("top-k and per-rank rand-k by the scatter exchange") {
+    for (const bool owner : {false, true}) {
+      CAPTURE(owner);
+      check_phases([&](bellows::cpu::executor& exec) {
+        return bellows::topk<>({.ratio = 0.05, .exchange = bellows::exchange::scatter, .owner_memory = owner}, exec);
+      });
+    }
+    check_phases([](bellows::cpu::executor& exec) {
+      return bellows::randk<>(
+          {.ratio = 0.1, .mode = bellows::randk_mode::per_rank, .seed = 2, .exchange = bellows::exchange::scatter},
+          exec);
+    });
+  }
   SUBCASE("top-k: small layers switch to an allreduce beside the others' allgather") {
     for (const bellows::topk_mode mode : {bellows::topk_mode::exact, bellows::topk_mode::approximate}) {
       CAPTURE(static_cast<int>(mode));

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// The scatter exchange of QSGD and EF-signSGD (docs/spec.md#scatter-exchange) against a reference
-// of both of its stages built by hand on seeded data, over W = 1, 2, 3, 5, 8 ranks: the layer cut
-// into W chunks of whole buckets, owned by rank (c + id) mod W; each rank's chunk payloads encoded
-// with the (chunk, rank) noise; each owner's average of the W decoded payloads (0.0f + each in
-// rank order, then / W), plus its memory, encoded once with the owner's noise; every rank's output
-// the owners' decoded chunks (the reference's decoded values are 0.0f + each, so a zero's sign is
-// not compared). The reference draws its payloads from the codec's own encode, on a
-// layer of the chunk's size and the step's counter (the PayloadCodec calls, checked against their
-// own references elsewhere), and does the cutting, the averaging, the memories and the
-// concatenation itself. Also: the same bits on every rank, the memories' telescoping sum, empty
+// The scatter exchange of QSGD, EF-signSGD, top-k and per-rank rand-k (docs/spec.md#scatter-exchange)
+// against a reference of both of its stages built by hand on seeded data, over W = 1, 2, 3, 5, 8
+// ranks: the layer cut into W chunks of whole blocks (QSGD's and EF-signSGD's buckets, the sparse
+// codecs' runs of four), owned by rank (c + id) mod W; each rank's chunk payloads encoded with the
+// (chunk, rank) noise (the sparse codecs keeping ceil(k n_c / n) of the chunk); each owner's average
+// of the W decoded payloads (0.0f + each in rank order, then / W), plus its memory, encoded once
+// with the owner's noise (the sparse codecs keeping as many again); every rank's output the owners'
+// decoded chunks (the reference's decoded values are 0.0f + each, so a zero's sign is not
+// compared). The reference draws its payloads from the codec's own encode, on a layer of the
+// chunk's size and the step's counter (the sparse codecs' from a gather compressor of that count;
+// the PayloadCodec calls, checked against their own references elsewhere), and does the cutting,
+// the averaging, the memories and the concatenation itself. Also: the same bits on every rank, the memories' telescoping sum, empty
 // chunks and n < W, NaN on one rank, a corrupted chunk payload, a checkpoint round trip, a bucket
 // of scatter and gather layers against each layer's reduce, the calls and bytes per rank, a
 // collective without alltoall, level changes (the owner memory kept or started afresh), and the
@@ -16,7 +18,9 @@
 #include <bellows/collectives/counting.hpp>
 #include <bellows/collectives/local.hpp>
 #include <bellows/compressors/qsgd.hpp>
+#include <bellows/compressors/randk.hpp>
 #include <bellows/compressors/signsgd.hpp>
+#include <bellows/compressors/topk.hpp>
 #include <bellows/core/checkpoint.hpp>
 #include <bellows/plan/chunks.hpp>
 #include <bellows/sync/bucket_exchange.hpp>
@@ -29,6 +33,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../support/bits.hpp"
@@ -51,12 +56,14 @@ vec gradient(std::size_t n, std::size_t rank, std::size_t step) {
   return g;
 }
 
-template <class C>
-std::size_t block_of(const C& c) {
-  if constexpr (requires { c.params().bits; })
-    return c.params().bucket;
+template <class P>
+std::size_t block_of(const P& p) {
+  if constexpr (std::is_same_v<P, bellows::topk_params> || std::is_same_v<P, bellows::randk_params>)
+    return 4;
+  else if constexpr (requires { p.bits; })
+    return p.bucket;
   else
-    return c.params().bucket == 0 ? 1 : c.params().bucket;
+    return p.bucket == 0 ? 1 : p.bucket;
 }
 
 /// What the codec's own encode and decode give for a chunk of `in` at step t with Philox rank
@@ -72,17 +79,38 @@ vec round_trip(const C& codec, std::uint32_t id, std::uint64_t step, std::span<c
   return out;
 }
 
+/// trip(t, chunk, word): the decoded payload of a chunk of a layer of n elements, at step t, with
+/// Philox rank word `word`, from a gather-mode compressor C of `params` (the sparse codecs' of
+/// the count ceil(k n_c / n), k the layer's).
+template <class C, class P>
+auto chunk_trip(const P& params, std::uint32_t id, std::size_t n) {
+  if constexpr (std::is_same_v<P, bellows::topk_params> || std::is_same_v<P, bellows::randk_params>) {
+    const std::size_t k = bellows::detail::kept_count({id, "layer", bellows::shape{n}}, params.ratio, params.k);
+    return [k, n, id, params](std::uint64_t t, std::span<const float> part, std::uint32_t word) {
+      P chunk = params;
+      chunk.k = static_cast<std::int64_t>(part.empty() ? 0 : (k * part.size() + n - 1) / n);
+      chunk.feedback = bellows::feedback::none;
+      chunk.exchange = bellows::exchange::gather;
+      return round_trip(C(chunk), id, t, part, word);
+    };
+  } else {
+    return [codec = C(params), id](std::uint64_t t, std::span<const float> part, std::uint32_t word) {
+      return round_trip(codec, id, t, part, word);
+    };
+  }
+}
+
 struct reference {
   std::vector<vec> outputs;                // [t]: every rank's output at step t
   std::vector<std::vector<vec>> memories;  // [t][r]: rank r's memory after step t
   std::vector<std::vector<vec>> owners;    // [t][r]: rank r's owner memory after step t
 };
 
-/// Both stages by hand; `codec` is a gather-mode compressor of the same parameters.
-template <class C>
-reference brute_force(const C& codec, std::uint32_t id, std::size_t n, std::size_t ranks, std::size_t steps,
-                      bool worker_memory, bool owner_memory) {
-  const bellows::chunk_plan plan("test", n, ranks, block_of(codec), id);
+/// Both stages by hand, with chunks of `block` and the chunks' round trip `trip` (chunk_trip).
+template <class Trip>
+reference brute_force(const Trip& trip, std::size_t block, std::uint32_t id, std::size_t n, std::size_t ranks,
+                      std::size_t steps, bool worker_memory, bool owner_memory) {
+  const bellows::chunk_plan plan("test", n, ranks, block, id);
   reference ref;
   std::vector<vec> e(ranks, vec(n, 0.0f)), owner(ranks);
   for (std::size_t r = 0; r < ranks; ++r) owner[r].assign(plan.size(plan.owned_by(r)), 0.0f);
@@ -96,7 +124,7 @@ reference brute_force(const C& codec, std::uint32_t id, std::size_t n, std::size
       for (std::size_t i = 0; i < n; ++i) m[i] = worker_memory ? g[i] + e[r][i] : g[i];
       for (std::size_t c = 0; c < ranks; ++c) {
         const std::span<const float> part = std::span<const float>(m).subspan(plan.begin(c), plan.size(c));
-        decoded[c][r] = round_trip(codec, id, t, part, bellows::chunk_plan::worker_stream(c, r));
+        decoded[c][r] = trip(t, part, bellows::chunk_plan::worker_stream(c, r));
         for (std::size_t i = 0; i < part.size(); ++i) m[plan.begin(c) + i] = part[i] - decoded[c][r][i];
       }
       if (worker_memory) e[r] = m;
@@ -109,7 +137,7 @@ reference brute_force(const C& codec, std::uint32_t id, std::size_t n, std::size
       for (std::size_t i = 0; i < len; ++i) u[i] /= static_cast<float>(ranks);
       if (owner_memory)
         for (std::size_t i = 0; i < len; ++i) u[i] += owner[o][i];
-      const vec v = round_trip(codec, id, t, u, bellows::chunk_plan::owner_stream(c));
+      const vec v = trip(t, u, bellows::chunk_plan::owner_stream(c));
       for (std::size_t i = 0; i < len; ++i) {
         out[plan.begin(c) + i] = v[i];
         if (owner_memory) owner[o][i] = u[i] - v[i];
@@ -136,12 +164,12 @@ void check_against_reference(const P& gather_params, bool worker_memory) {
   constexpr std::uint32_t id = 3;
   P params = gather_params;
   params.exchange = scatter;
-  const C codec(gather_params);
   for (const std::size_t ranks : {1u, 2u, 3u, 5u, 8u})
     for (const std::size_t n : {0u, 1u, 4u, 37u, 1000u}) {
       CAPTURE(ranks);
       CAPTURE(n);
-      const reference ref = brute_force(codec, id, n, ranks, steps, worker_memory, params.owner_memory);
+      const reference ref = brute_force(chunk_trip<C>(gather_params, id, n), block_of(params), id, n, ranks, steps,
+                                        worker_memory, params.owner_memory);
       std::vector<std::vector<vec>> outputs(steps, std::vector<vec>(ranks)), memories = outputs, owners = outputs;
       local_group(ranks).run([&](local& comm) {
         C c(params);
@@ -222,6 +250,36 @@ TEST_CASE("scatter: EF-signSGD equals the reference of both stages on every rank
   }
 }
 
+TEST_CASE("scatter: top-k equals the reference of both stages on every rank") {
+  SUBCASE("5%, both memories") { check_against_reference<bellows::topk<>>(bellows::topk_params{.ratio = 0.05}, true); }
+  SUBCASE("25%, no memories") {
+    check_against_reference<bellows::topk<>>(
+        bellows::topk_params{.ratio = 0.25, .feedback = bellows::feedback::none, .owner_memory = false}, false);
+  }
+  SUBCASE("every element, the owner memory alone") {
+    check_against_reference<bellows::topk<>>(bellows::topk_params{.ratio = 1.0, .feedback = bellows::feedback::none},
+                                             false);
+  }
+  SUBCASE("a count of 3 elements of a layer") {
+    check_against_reference<bellows::topk<>>(bellows::topk_params{.k = 3, .seed = 4}, true);
+  }
+}
+
+TEST_CASE("scatter: per-rank rand-k equals the reference of both stages on every rank") {
+  constexpr bellows::randk_mode per_rank = bellows::randk_mode::per_rank;
+  SUBCASE("10%, both memories") {
+    check_against_reference<bellows::randk<>>(bellows::randk_params{.ratio = 0.1, .mode = per_rank, .seed = 3}, true);
+  }
+  SUBCASE("unbiased, no memories") {
+    check_against_reference<bellows::randk<>>(bellows::randk_params{.ratio = 0.3,
+                                                                    .mode = per_rank,
+                                                                    .unbiased = true,
+                                                                    .feedback = bellows::feedback::none,
+                                                                    .owner_memory = false},
+                                              false);
+  }
+}
+
 TEST_CASE("scatter: the memories telescope: the mean gradient's sum is the outputs' plus mean e plus E") {
   constexpr std::size_t n = 3000, ranks = 3, steps = 10;
   std::vector<std::vector<double>> sums(ranks), rest(ranks);
@@ -258,10 +316,9 @@ TEST_CASE("scatter: the memories telescope: the mean gradient's sum is the outpu
 
 TEST_CASE("scatter: NaN on one rank gives non_finite everywhere and changes nothing, owner memories included") {
   constexpr std::size_t n = 900, ranks = 3;
-  for (const std::size_t bad_rank : {0u, 2u}) {
+  const auto check = [&](auto c, std::size_t bad_rank) {
     CAPTURE(bad_rank);
     local_group(ranks).run([&](local& comm) {
-      bellows::signsgd<> c({.bucket = 32, .exchange = scatter});
       auto st = c.make_state({0, "layer", bellows::shape{n}});
       auto g = gradient(n, comm.rank(), 0);
       REQUIRE(c.reduce(st, g, comm).status == bellows::step_status::ok);
@@ -276,6 +333,10 @@ TEST_CASE("scatter: NaN on one rank gives non_finite everywhere and changes noth
       CHECK(same_bits(st.owner.values(), owner));
       CHECK(st.step == 1);
     });
+  };
+  for (const std::size_t bad_rank : {0u, 2u}) {
+    check(bellows::signsgd<>({.bucket = 32, .exchange = scatter}), bad_rank);
+    check(bellows::topk<>({.ratio = 0.05, .exchange = scatter}), bad_rank);
   }
 }
 
@@ -310,12 +371,12 @@ struct no_alltoall {
 
 TEST_CASE("scatter: a corrupted chunk payload, seen by its owner alone, raises one wire_error on every rank") {
   constexpr std::size_t n = 1000, ranks = 3;
-  // the magic, the element count, and the sign of the first scale
-  for (const std::size_t at : {std::size_t{0}, std::size_t{9}, bellows::wire::header_bytes + 3}) {
+  // the magic, the element count, and the sign of the first scale (of QSGD) or the high byte of
+  // the first index (of top-k)
+  const auto check = [&](auto c, std::size_t at) {
     CAPTURE(at);
     std::vector<std::string> messages(ranks);
     local_group(ranks).run([&](local& comm) {
-      bellows::qsgd<> c({.bits = 4, .bucket = 50, .exchange = scatter, .owner_memory = true});
       auto st = c.make_state({0, "fc.weight", bellows::shape{n}});
       auto g = gradient(n, comm.rank(), 0);
       spoiling coll{&comm, 1, at};
@@ -333,6 +394,10 @@ TEST_CASE("scatter: a corrupted chunk payload, seen by its owner alone, raises o
     CHECK(messages[0].find("chunk payload of rank 1") != std::string::npos);
     CHECK(messages[0].find("owner") != std::string::npos);
     for (const std::string& m : messages) CHECK(m == messages[0]);
+  };
+  for (const std::size_t at : {std::size_t{0}, std::size_t{9}, bellows::wire::header_bytes + 3}) {
+    check(bellows::qsgd<>({.bits = 4, .bucket = 50, .exchange = scatter, .owner_memory = true}), at);
+    check(bellows::topk<>({.ratio = 0.05, .exchange = scatter}), at);
   }
 }
 
@@ -351,14 +416,19 @@ TEST_CASE("scatter: a collective without alltoall is refused by name before anyt
 
 TEST_CASE("scatter: a checkpoint round trip continues with the same bits, the owner memory included") {
   constexpr std::size_t n = 700, ranks = 3;
-  local_group(ranks).run([&](local& comm) {
-    bellows::signsgd<> c({.bucket = 20, .exchange = scatter});
-    bellows::testing::check_resume(
-        c, {2, "layer", bellows::shape{n}}, comm, gradient, 3, 3, [](const auto& x, const auto& y) {
-          return same_bits(x.memory.values(), y.memory.values()) && same_bits(x.owner.values(), y.owner.values()) &&
-                 x.step == y.step && !x.owner.values().empty();
-        });
-  });
+  const auto check = [&](auto& c) {
+    local_group(ranks).run([&](local& comm) {
+      bellows::testing::check_resume(
+          c, {2, "layer", bellows::shape{n}}, comm, gradient, 3, 3, [](const auto& x, const auto& y) {
+            return same_bits(x.memory.values(), y.memory.values()) && same_bits(x.owner.values(), y.owner.values()) &&
+                   x.step == y.step && !x.owner.values().empty();
+          });
+    });
+  };
+  bellows::signsgd<> sign({.bucket = 20, .exchange = scatter});
+  bellows::topk<> top({.ratio = 0.05, .exchange = scatter});
+  check(sign);
+  check(top);
 }
 
 TEST_CASE("scatter: a checkpoint of another world size or rank is refused at the next step") {
@@ -386,19 +456,20 @@ TEST_CASE("scatter: a checkpoint of another world size or rank is refused at the
   });
 }
 
-TEST_CASE("scatter: a bucket of scatter and gather layers equals each layer's reduce") {
+namespace {
+
+/// A bucket of layers of these sizes, layer l's compressor C of params_of(l), against each layer's
+/// reduce, over 1, 2, 3 and 5 ranks.
+template <class C, class ParamsOf>
+void check_bucket(ParamsOf params_of) {
   const std::size_t sizes[] = {1000, 3, 257, 0, 4096};
   for (const std::size_t ranks : {1u, 2u, 3u, 5u}) {
     CAPTURE(ranks);
     std::vector<std::vector<vec>> by_reduce(ranks), by_bucket(ranks);
     local_group(ranks).run([&](local& comm) {
-      std::vector<bellows::qsgd<>> codecs;
-      for (std::size_t l = 0; l < std::size(sizes); ++l)
-        codecs.emplace_back(bellows::qsgd_params{.bits = 4,
-                                                 .bucket = 64,
-                                                 .exchange = l % 2 == 0 ? scatter : bellows::exchange::gather,
-                                                 .owner_memory = l == 0});
-      std::vector<bellows::qsgd<>::state> a, b;
+      std::vector<C> codecs;
+      for (std::size_t l = 0; l < std::size(sizes); ++l) codecs.emplace_back(params_of(l));
+      std::vector<typename C::state> a, b;
       std::vector<vec> ga, gb;
       for (std::size_t l = 0; l < std::size(sizes); ++l) {
         const bellows::layer_info layer{static_cast<std::uint32_t>(l), "l" + std::to_string(l),
@@ -408,7 +479,7 @@ TEST_CASE("scatter: a bucket of scatter and gather layers equals each layer's re
       }
       bellows::bucket_exchange<bellows::cpu::executor> bucket(bellows::cpu::executor::shared());
       for (std::size_t t = 0; t < 3; ++t) {
-        std::vector<bellows::bucket_layer<bellows::qsgd<>>> layers;
+        std::vector<bellows::bucket_layer<C>> layers;
         ga.clear();
         gb.clear();
         for (std::size_t l = 0; l < std::size(sizes); ++l) {
@@ -420,7 +491,7 @@ TEST_CASE("scatter: a bucket of scatter and gather layers equals each layer's re
           layers.push_back({&codecs[l], &b[l], gb[l]});
         }
         std::vector<bellows::reduce_result> results(layers.size());
-        bucket.run<bellows::qsgd<>>(layers, results, comm);
+        bucket.template run<C>(layers, results, comm);
         for (const auto& res : results) REQUIRE(res.status == bellows::step_status::ok);
       }
       by_reduce[comm.rank()] = ga;
@@ -436,6 +507,22 @@ TEST_CASE("scatter: a bucket of scatter and gather layers equals each layer's re
         CAPTURE(l);
         CHECK(same_bits(by_bucket[r][l], by_reduce[r][l]));
       }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("scatter: a bucket of scatter and gather layers equals each layer's reduce") {
+  const auto exchange_of = [](std::size_t l) { return l % 2 == 0 ? scatter : bellows::exchange::gather; };
+  SUBCASE("QSGD") {
+    check_bucket<bellows::qsgd<>>([&](std::size_t l) {
+      return bellows::qsgd_params{.bits = 4, .bucket = 64, .exchange = exchange_of(l), .owner_memory = l == 0};
+    });
+  }
+  SUBCASE("top-k") {
+    check_bucket<bellows::topk<>>([&](std::size_t l) {
+      return bellows::topk_params{.ratio = 0.05, .exchange = exchange_of(l), .owner_memory = l != 2};
+    });
   }
 }
 
@@ -468,6 +555,37 @@ TEST_CASE("scatter: one alltoall and one allgather, each rank receiving about tw
   }
 }
 
+TEST_CASE("scatter: top-k's rank receives about two chunks' worth of entries per rank") {
+  constexpr std::size_t n = 1 << 16;
+  for (const std::size_t ranks : {2u, 4u, 8u}) {
+    CAPTURE(ranks);
+    std::vector<std::uint64_t> received(ranks);
+    local_group(ranks).run([&](local& comm) {
+      bellows::collectives::counting<local> counted(comm);
+      bellows::topk<> c({.ratio = 0.01, .exchange = scatter});
+      auto st = c.make_state({0, "layer", bellows::shape{n}});
+      auto g = gradient(n, comm.rank(), 0);
+      const auto result = c.reduce(st, g, counted);
+      REQUIRE(result.status == bellows::step_status::ok);
+      CHECK(counted.alltoall().calls == 1);
+      CHECK(counted.allgather().calls == 1);
+      CHECK(counted.allreduce().calls == 0);
+      std::size_t nonzero = 0;
+      for (const float x : g) nonzero += x != 0.0f;
+      CHECK(nonzero == result.sent.kept);
+      CHECK(result.sent.kept >= 656);  // ceil(0.01 n) = 656, each chunk's count rounded up
+      CHECK(result.sent.kept <= 656 + ranks);
+      received[comm.rank()] = counted.alltoall().bytes_received + counted.allgather().bytes_received;
+    });
+    // a chunk's payload: ceil(656 / W) or one more entries of 8 bytes, with a header
+    const double chunk = 656.0 / static_cast<double>(ranks) * 8.0;
+    for (const std::uint64_t bytes : received) {
+      CHECK(static_cast<double>(bytes) >= 2.0 * static_cast<double>(ranks - 1) * chunk);
+      CHECK(static_cast<double>(bytes) <= 2.0 * static_cast<double>(ranks - 1) * (chunk + 64.0));
+    }
+  }
+}
+
 TEST_CASE("scatter: the options, the owner memory's defaults, and the codecs' refusals") {
   bellows::method_settings s;
   s.set("exchange", "scatter");
@@ -483,6 +601,27 @@ TEST_CASE("scatter: the options, the owner memory's defaults, and the codecs' re
   CHECK_THROWS_WITH_AS((void)bellows::qsgd_method::configure(s), doctest::Contains("gather|scatter"), bellows::error);
   bellows::qsgd_params q{.exchange = bellows::exchange::leader};
   CHECK_THROWS_WITH_AS(q.validate(), doctest::Contains("leader"), bellows::error);
+  CHECK(bellows::topk_method::configure(s).exchange == bellows::exchange::leader);
+  s.set("exchange", "scatter");
+  s.set("owner-memory", "on");
+  CHECK(bellows::topk_method::configure(s).owner_memory);
+  s.set("approximate", "");
+  CHECK_THROWS_WITH_AS((void)bellows::topk<>(bellows::topk_method::configure(s)),
+                       doctest::Contains("mode must be exact"), bellows::error);
+  CHECK(bellows::topk_params{}.owner_memory);
+  // rand-k: per rank only, its owner memory off with unbiased scaling by default
+  bellows::method_settings r;
+  r.set("exchange", "scatter");
+  CHECK_THROWS_WITH_AS((void)bellows::randk<>(bellows::randk_method::configure(r)), doctest::Contains("per_rank"),
+                       bellows::error);
+  r.set("per-rank", "");
+  CHECK(bellows::randk_method::configure(r).owner_memory);
+  r.set("unbiased", "");
+  CHECK_FALSE(bellows::randk_method::configure(r).owner_memory);
+  CHECK_NOTHROW((void)bellows::randk<>(bellows::randk_method::configure(r)));
+  r.set("owner-memory", "on");
+  CHECK_THROWS_WITH_AS((void)bellows::randk<>(bellows::randk_method::configure(r)), doctest::Contains("owner_memory"),
+                       bellows::error);
   bellows::signsgd_params p{.exchange = static_cast<bellows::exchange>(9)};
   CHECK_THROWS_WITH_AS(p.validate(), doctest::Contains("exchange"), bellows::error);
 }

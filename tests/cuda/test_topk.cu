@@ -135,3 +135,9 @@ TEST_CASE("cuda topk: make_state refuses a layer of 2^31 elements, which the dev
                        doctest::Contains("fewer than 2^31"), bellows::error);
   CHECK(c.make_state({0, "embedding", bellows::shape{(std::size_t{1} << 31) - 1}}).k() == 21474837);
 }
+
+TEST_CASE("cuda topk: the scatter exchange is refused at construction (the CPU's only, for now)" *
+          doctest::skip(bellows::test::no_device())) {
+  CHECK_THROWS_WITH_AS(bellows::topk<bellows::cuda::executor>({.exchange = bellows::exchange::scatter}),
+                       doctest::Contains("CPU backend only"), bellows::error);
+}

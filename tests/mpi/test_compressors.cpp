@@ -11,7 +11,7 @@
 // configuration that calls allreduce (seen through the counting collective on threads) may
 // differ in the last bits, so it is held to a
 // relative gap of 1e-5 of the largest value (float rounding of sums of 4 terms, carried through a
-// few steps of error memory and PowerSGD's orthogonalisation). QSGD's and EF-signSGD's scatter
+// few steps of error memory and PowerSGD's orthogonalisation). The scatter
 // exchange (an alltoall, MPI_Alltoall and MPI_Alltoallv, then an allgather) is bitwise equal too.
 #include "mpi_main.hpp"
 
@@ -131,7 +131,7 @@ TEST_CASE("mpi adapter: every compressor equals the local collective's result") 
   });
 }
 
-TEST_CASE("mpi adapter: the scatter exchange of QSGD and EF-signSGD equals the local collective's result") {
+TEST_CASE("mpi adapter: the scatter exchange of every codec that offers it equals the local collective's result") {
   constexpr bellows::exchange scatter = bellows::exchange::scatter;
   check_against_local([] {
     return bellows::qsgd<>({.bits = 4, .bucket = 64, .exchange = scatter, .owner_memory = true},
@@ -139,6 +139,12 @@ TEST_CASE("mpi adapter: the scatter exchange of QSGD and EF-signSGD equals the l
   });
   check_against_local(
       [] { return bellows::signsgd<>({.bucket = 0, .exchange = scatter}, bellows::cpu::executor::shared()); });
+  check_against_local(
+      [] { return bellows::topk<>({.ratio = 0.05, .exchange = scatter}, bellows::cpu::executor::shared()); });
+  check_against_local([] {
+    return bellows::randk<>({.ratio = 0.1, .mode = bellows::randk_mode::per_rank, .exchange = scatter},
+                            bellows::cpu::executor::shared());
+  });
 }
 
 namespace {

@@ -398,6 +398,12 @@ TEST_CASE("buckets: qsgd and EF-signSGD by the scatter exchange equal each layer
                 bellows::signsgd<>({.bucket = 16, .exchange = scatter}));
 }
 
+TEST_CASE("buckets: top-k by the scatter exchange, at two ratios, equals each layer's reduce") {
+  constexpr bellows::exchange scatter = bellows::exchange::scatter;
+  check_buckets(bellows::topk<>({.ratio = 0.2, .exchange = scatter}),
+                bellows::topk<>({.ratio = 0.02, .exchange = scatter}));
+}
+
 TEST_CASE("buckets: top-k, its dense switch beside sparse layers, equals each layer's reduce") {
   // ratio 0.5 switches to the dense allreduce at every W; 0.1 from W = 5
   check_buckets(bellows::topk<>({.ratio = 0.5}), bellows::topk<>({.ratio = 0.1}));

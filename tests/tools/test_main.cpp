@@ -256,8 +256,10 @@ TEST_CASE("cli: --model models a whole model's step per layer and per bucket, be
   CHECK(table.out.find("model: bert-base, 199 tensors, 109482240 parameters") != std::string::npos);
   CHECK(table.out.find("ddp fp32") != std::string::npos);
   // each method's settings follow its rows, in its order: the two top-k tell apart
-  const std::size_t gather = table.out.find("  ratio 0.01, mode exact, error_feedback residual, exchange gather\n");
-  const std::size_t leader = table.out.find("  ratio 0.01, mode exact, error_feedback residual, exchange leader\n");
+  const std::size_t gather =
+      table.out.find("  ratio 0.01, mode exact, error_feedback residual, exchange gather, owner_memory on\n");
+  const std::size_t leader =
+      table.out.find("  ratio 0.01, mode exact, error_feedback residual, exchange leader, owner_memory on\n");
   CHECK(gather != std::string::npos);
   CHECK(leader != std::string::npos);
   CHECK(gather < leader);
@@ -508,8 +510,11 @@ TEST_CASE("cli: topk round trip against the library: exact and approximate, with
                                        " --method topk --ratio 0.05 --approximate"
                                        " --method topk --ratio 0.05 --exchange leader");
     CHECK(doc["config"]["steps"] == 3);
-    CHECK(doc["methods"][0]["params"] ==
-          json{{"ratio", 0.05}, {"mode", "exact"}, {"error_feedback", "residual"}, {"exchange", "gather"}});
+    CHECK(doc["methods"][0]["params"] == json{{"ratio", 0.05},
+                                              {"mode", "exact"},
+                                              {"error_feedback", "residual"},
+                                              {"exchange", "gather"},
+                                              {"owner_memory", "on"}});
     CHECK(doc["methods"][3]["params"]["exchange"] == "leader");
     CHECK(doc["methods"][0]["kept"] == 50.0);
     check_method<bellows::topk<>>(doc["methods"][0], q, shape, w, 3, {.ratio = 0.05, .seed = 3});
@@ -570,8 +575,12 @@ TEST_CASE("cli: randk round trip against the library: shared, per-rank, unbiased
     const json doc = bench_json(s, q.files + "--steps 2 --seed 8 --workers " + std::to_string(w) +
                                        " --method randk --ratio 0.1 --method randk --ratio 0.1 --per-rank"
                                        " --method randk --ratio 0.1 --unbiased");
-    CHECK(doc["methods"][2]["params"] ==
-          json{{"ratio", 0.1}, {"mode", "shared"}, {"unbiased", true}, {"error_feedback", "none"}});
+    CHECK(doc["methods"][2]["params"] == json{{"ratio", 0.1},
+                                              {"mode", "shared"},
+                                              {"unbiased", true},
+                                              {"error_feedback", "none"},
+                                              {"exchange", "gather"},
+                                              {"owner_memory", "off"}});
     check_method<bellows::randk<>>(doc["methods"][0], q, shape, w, 2, {.ratio = 0.1, .seed = 8});
     check_method<bellows::randk<>>(doc["methods"][1], q, shape, w, 2,
                                    {.ratio = 0.1, .mode = bellows::randk_mode::per_rank, .seed = 8});

@@ -108,6 +108,7 @@ TEST_CASE("model: the modeled step is what counting counts of the Synchronizer's
     check_model(bellows::powersgd<>({.rank = 2}), budget);
     check_model(bellows::qsgd<>({.bits = 4, .bucket = 64}), budget);
     check_model(bellows::qsgd<>({.bits = 4, .bucket = 64, .exchange = bellows::exchange::scatter}), budget);
+    check_model(bellows::topk<>({.ratio = 0.05, .exchange = bellows::exchange::scatter}), budget);
     check_model(bellows::topk<>({.ratio = 0.3}), budget);  // dense switch beside payloads at W = 4
   }
 }

@@ -47,8 +47,10 @@ public:
   explicit randk(randk_params params = {}, Exec& exec = Exec::shared()) : base(params, exec) {}
 
   /// Shared mode: one allreduce of the k values and the verdict; per rank: one allgather of
-  /// this rank's payload of k entries.
-  [[nodiscard]] exchange_rounds rounds(const state& st, std::size_t /*ranks*/) const {
+  /// this rank's payload of k entries, or under scatter an alltoall of chunk payloads, then an
+  /// allgather of the owners'.
+  [[nodiscard]] exchange_rounds rounds(const state& st, std::size_t ranks) const {
+    if (this->scatters()) return this->scatter_rounds(st.layer, ranks);
     return detail::randk_rounds(st.layer, detail::kept_count(st.layer, params_.ratio, params_.k),
                                 params_.mode == randk_mode::shared);
   }
@@ -56,9 +58,12 @@ public:
   /// One step (a collective call). Per-rank mode: by allgather (detail::sparse_codec). Shared
   /// mode: the phases below on the state's payload slot, where the draw's k values and the flag
   /// after them form the part: the summed verdict read back (on the device, the step's one wait).
+  /// Under scatter, on the CPU, by its alltoall and allgather (detail::reduce_scattered).
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     this->begin_step(st, inout.size(), coll);
+    if constexpr (detail::runs_on_host<Exec>)
+      if (this->scatters()) return detail::reduce_scattered(name, *this, st, st, *this->exec_, inout, coll);
     if (params_.mode == randk_mode::per_rank) return this->average_by_allgather(st, inout, coll);
     const round_part parts[] = {{shared_values(st)}};
     begin(st, inout, parts, coll.rank(), coll.size());
@@ -77,6 +82,8 @@ public:
   void begin(state& st, std::span<const float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
     Exec& exec = *this->exec_;
     this->begin_phases(st, grad.size(), parts, ranks);
+    if constexpr (detail::runs_on_host<Exec>)
+      if (this->scatters()) return this->begin_scattered(st, grad, parts, rank, ranks);
     if (params_.mode == randk_mode::per_rank) return this->begin_gathered(st, grad, parts, rank, ranks);
     st.by_allgather_ = false;
     const std::span<float> values = shared_values(st);
@@ -86,14 +93,18 @@ public:
     if (parts[0].values.data() != values.data()) copy(exec, parts[0].values.first(k), std::as_const(values).first(k));
     flag_to_float(exec, words.non_finite, parts[0].values.data() + k);
   }
-  /// Rand-k has one round.
-  void next(state& st, std::span<const float> /*grad*/, std::size_t round, round_parts /*parts*/) {
+  /// Rand-k has one round; under scatter, round 1 is the owner's (detail::sparse_codec::reselect_part).
+  void next(state& st, std::span<const float> /*grad*/, std::size_t round, round_parts parts) {
+    if constexpr (detail::runs_on_host<Exec>)
+      if (this->scatters() && round == 1) return this->reselect_part(st, parts[0], parts[1]);
     fail<error>(name, ": layer '", st.layer.name, "' has no round ", round);
   }
   /// Per rank, the gathered payloads validated and averaged (detail::sparse_codec). Shared: the
   /// summed values / W, then, unless the summed verdict is not 0, grad = them scattered into
   /// zeros at the draw's indices; the summed verdict copied back.
   void finish(state& st, std::span<float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
+    if constexpr (detail::runs_on_host<Exec>)
+      if (this->scatters()) return this->concatenate_parts(st, grad, parts[1]);
     if (st.by_allgather_) return this->finish_gathered(st, grad, parts, rank, ranks);
     Exec& exec = *this->exec_;
     const std::size_t k = st.plan_.k;
@@ -106,6 +117,7 @@ public:
   }
   /// The status and traffic; the staged memory becomes current when every rank was finite.
   reduce_result conclude(state& st) {
+    if (this->scatters()) return base::conclude(st, this->scatter_result(st));
     if (st.by_allgather_) return base::conclude(st, this->gathered(st));
     const std::size_t k = st.plan_.k;
     const reduce_result r{st.reported_[0].sum != 0.0f ? step_status::non_finite : step_status::ok,
@@ -138,13 +150,26 @@ private:
   /// v = g (+ e), scaled by n / k when unbiased, into `body`, the next memory into `staged`.
   auto select(state& st, std::span<const float> g, std::span<const float> e, std::span<float> staged,
               std::span<std::byte> body, std::size_t rank) const {
-    const philox::stream draw =
-        st.layer.stream(params_.seed, st.step,
-                        params_.mode == randk_mode::shared ? philox::stream::shared : static_cast<std::uint32_t>(rank));
-    const float scale = params_.unbiased
-                            ? static_cast<float>(static_cast<double>(st.layer.size()) / static_cast<double>(st.plan_.k))
-                            : 1.0f;
-    return draw_into_payload(*this->exec_, st.plan_, draw, st.work_, g, e, staged, body, scale);
+    return draw(st, st.plan_, st.work_,
+                params_.mode == randk_mode::shared ? philox::stream::shared : static_cast<std::uint32_t>(rank), g, e,
+                staged, body);
+  }
+  /// The scatter exchange's draw of k of a chunk's n elements, keyed by the Philox rank word
+  /// `word`, on the state's workspace for chunks.
+  auto select_part(state& st, std::size_t n, std::size_t k, std::uint32_t word, std::span<const float> g,
+                   std::span<const float> e, std::span<float> staged, std::span<std::byte> body) const {
+    const sample_plan plan = plan_sample(n, k);
+    return draw(st, plan, this->fit_part(st, plan), word, g, e, staged, body);
+  }
+  /// The draw of `plan` from the layer's stream with rank word `word`, scaled by n / k when
+  /// unbiased.
+  auto draw(const state& st, const sample_plan& plan, sample_workspace_for<Exec>& ws, std::uint32_t word,
+            std::span<const float> g, std::span<const float> e, std::span<float> staged,
+            std::span<std::byte> body) const {
+    const float scale =
+        params_.unbiased ? static_cast<float>(static_cast<double>(plan.n) / static_cast<double>(plan.k)) : 1.0f;
+    return draw_into_payload(*this->exec_, plan, st.layer.stream(params_.seed, st.step, word), ws, g, e, staged, body,
+                             scale);
   }
 };
 

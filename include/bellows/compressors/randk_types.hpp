@@ -9,6 +9,7 @@
 #include "bellows/core/error.hpp"
 #include "bellows/core/method.hpp"
 #include "bellows/core/wire.hpp"
+#include "bellows/plan/exchange.hpp"
 #include "bellows/plan/feedback.hpp"
 #include "bellows/plan/kept.hpp"
 
@@ -37,6 +38,14 @@ struct randk_params {
   bellows::feedback feedback = bellows::feedback::residual;
   /// Keys the index draw, with the step, the layer and (per-rank mode) the rank.
   std::uint64_t seed = 0;
+  /// How the ranks of per-rank mode average: gather (an allgather of every rank's payload) or
+  /// scatter (each chunk's draw to its owner, drawn again there, then gathered;
+  /// docs/spec.md#scatter-exchange). Shared mode's one allreduce is flat in W already: it takes
+  /// gather only.
+  bellows::exchange exchange = bellows::exchange::gather;
+  /// Under scatter: whether a chunk's owner keeps what its draw leaves (on by default, as the
+  /// worker memory is; off with unbiased scaling, which no memory may follow).
+  bool owner_memory = true;
 
   /// Raises bellows::error naming the first parameter out of range, or unbiased scaling with an
   /// error memory; both backends' constructors call it.
@@ -47,6 +56,12 @@ struct randk_params {
     check_feedback("randk", feedback);
     BELLOWS_EXPECTS(!unbiased || feedback == bellows::feedback::none,
                     "randk: unbiased scaling needs feedback none, got feedback ", to_string(feedback));
+    check_exchange("randk", exchange, "gather|scatter");
+    if (exchange != bellows::exchange::scatter) return;
+    BELLOWS_EXPECTS(mode == randk_mode::per_rank,
+                    "randk: the scatter exchange takes per_rank mode (shared mode's one allreduce of k values is "
+                    "flat in W already)");
+    BELLOWS_EXPECTS(!unbiased || !owner_memory, "randk: unbiased scaling needs owner_memory off under scatter");
   }
 };
 
@@ -71,6 +86,8 @@ struct randk_method {
       {"per-rank", "each rank draws its own indices (default: shared)", {}, {}, true},
       {"unbiased", "scale the kept values by n / k; the default memory becomes none, as it must", {}, {}, true},
       feedback_option(params{}.feedback),
+      exchange_option("gather|scatter"),
+      owner_memory_option(params{}.owner_memory),
   };
   /// Configurations that reach every path: both modes with and without the memory.
   static constexpr params examples[] = {
@@ -86,13 +103,17 @@ struct randk_method {
             .mode = s.flag("per-rank") ? randk_mode::per_rank : randk_mode::shared,
             .unbiased = unbiased,
             .feedback = feedback_setting(s, unbiased ? feedback::none : params{}.feedback),
-            .seed = s.whole("seed", params{}.seed)};
+            .seed = s.whole("seed", params{}.seed),
+            .exchange = exchange_setting(s, "gather|scatter"),
+            .owner_memory = owner_memory_setting(s, !unbiased && params{}.owner_memory)};
   }
   [[nodiscard]] static std::vector<method_param> describe(const params& p) {
     return {{"ratio", p.ratio},
             {"mode", to_string(p.mode)},
             {"unbiased", p.unbiased},
-            {"error_feedback", to_string(p.feedback)}};
+            {"error_feedback", to_string(p.feedback)},
+            {"exchange", to_string(p.exchange)},
+            {"owner_memory", p.owner_memory ? "on" : "off"}};
   }
   template <class Exec>
   [[nodiscard]] static compressor<Exec> make(const params& p, Exec& exec) {

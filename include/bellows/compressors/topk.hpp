@@ -50,8 +50,10 @@ public:
 
   /// One allgather of this rank's payload (k entries; in approximate mode up to topk_most of
   /// them), or, where the dense switch finds it cheaper over `ranks`, one allreduce of n + 1 floats.
-  /// The leader's exchange: an allreduce of the index list, then one of the values at it.
+  /// The leader's exchange: an allreduce of the index list, then one of the values at it. The
+  /// scatter exchange: an alltoall of chunk payloads, then an allgather of the owners'.
   [[nodiscard]] exchange_rounds rounds(const state& st, std::size_t ranks) const {
+    if (this->scatters()) return this->scatter_rounds(st.layer, ranks);
     if (leads()) {
       const index_list_layout at = list_layout(st.layer);
       return {{collective_op::allreduce_sum, at.floats() * sizeof(float)},
@@ -64,10 +66,13 @@ public:
   /// and W * most * (index + value bytes) >= 4 n, by one allreduce of n + 1 floats instead, the
   /// phases below on the state's buffer: the verdicts and this rank's count read back (on the
   /// device, the step's one wait). The traffic counts the kept values as the payload's elements.
-  /// With the leader's exchange, by its two allreduces, on the state's buffer.
+  /// With the leader's exchange, by its two allreduces, on the state's buffer; with the scatter
+  /// exchange, on the CPU, by its alltoall and allgather (detail::reduce_scattered).
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     this->begin_step(st, inout.size(), coll);
+    if constexpr (detail::runs_on_host<Exec>)
+      if (this->scatters()) return detail::reduce_scattered(name, *this, st, st, *this->exec_, inout, coll);
     if (!leads() && !averages_densely(st.layer, coll.size())) return this->average_by_allgather(st, inout, coll);
     Exec& exec = *this->exec_;
     const exchange_rounds rounds = this->rounds(st, coll.size());
@@ -101,6 +106,8 @@ public:
   void begin(state& st, std::span<const float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
     Exec& exec = *this->exec_;
     this->begin_phases(st, grad.size(), parts, ranks);
+    if constexpr (detail::runs_on_host<Exec>)
+      if (this->scatters()) return this->begin_scattered(st, grad, parts, rank, ranks);
     if (leads()) return begin_led(st, grad, parts, rank, ranks);
     if (!averages_densely(st.layer, ranks)) return this->begin_gathered(st, grad, parts, rank, ranks);
     st.by_allgather_ = false;
@@ -116,8 +123,10 @@ public:
   /// The leader's second round: the summed list checked (a malformed one raises
   /// bellows::wire_error on the CPU, after the wait on the device), and this rank's values of m at
   /// its indices into part 1, taken out of the next memory. Gather and the dense switch have one
-  /// round.
+  /// round. Under scatter, round 1 is the owner's (detail::sparse_codec::reselect_part).
   void next(state& st, std::span<const float> grad, std::size_t round, round_parts parts) {
+    if constexpr (detail::runs_on_host<Exec>)
+      if (this->scatters() && round == 1) return this->reselect_part(st, parts[0], parts[1]);
     BELLOWS_EXPECTS(leads() && round == 1, name, ": layer '", st.layer.name, "' has no round ", round);
     const index_list_layout at = list_layout(st.layer);
     auto& got = st.reported_[0];
@@ -134,6 +143,8 @@ public:
   /// The leader's: grad = zeros but the summed values / W at the list's indices, unless the
   /// step is not finite.
   void finish(state& st, std::span<float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
+    if constexpr (detail::runs_on_host<Exec>)
+      if (this->scatters()) return this->concatenate_parts(st, grad, parts[1]);
     if (st.by_allgather_) return this->finish_gathered(st, grad, parts, rank, ranks);
     if (leads())
       return scatter_list(*this->exec_, grad, parts[0].values, list_layout(st.layer), parts[1].values,
@@ -153,6 +164,7 @@ public:
   }
   /// The status and traffic; the staged memory becomes current when every rank was finite.
   reduce_result conclude(state& st) {
+    if (this->scatters()) return base::conclude(st, this->scatter_result(st));
     if (st.by_allgather_) return base::conclude(st, this->gathered(st));
     const auto& got = st.reported_[0];
     if (leads()) {
@@ -231,7 +243,8 @@ private:
   }
 
   [[nodiscard]] bool averages_densely(const layer_info& layer, std::size_t ranks) const {
-    return params_.dense_switch && detail::dense_is_cheaper(layer.size(), ranks, counts(layer).second);
+    return params_.dense_switch && !this->scatters() &&
+           detail::dense_is_cheaper(layer.size(), ranks, counts(layer).second);
   }
 
   /// The key of the sample that sets the selection threshold in approximate mode.
@@ -242,6 +255,14 @@ private:
   auto select(state& st, std::span<const float> g, std::span<const float> e, std::span<float> staged,
               std::span<std::byte> body, std::size_t rank) const {
     return select_into_payload(*this->exec_, st.plan_, sample_key(st, rank), g, e, staged, st.work_, body);
+  }
+  /// The scatter exchange's selection of k of a chunk's n elements (exact mode), keyed by the
+  /// Philox rank word `word`, on the state's workspace for chunks.
+  auto select_part(state& st, std::size_t n, std::size_t k, std::uint32_t word, std::span<const float> g,
+                   std::span<const float> e, std::span<float> staged, std::span<std::byte> body) const {
+    const select_plan plan = plan_select(n, k, k);
+    return select_into_payload(*this->exec_, plan, st.layer.stream(params_.seed, st.step, word), g, e, staged,
+                               this->fit_part(st, plan), body);
   }
 };
 

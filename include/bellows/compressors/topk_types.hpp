@@ -47,9 +47,13 @@ struct topk_params {
   /// W * k * (index + value bytes) >= 4 n.
   bool dense_switch = true;
   /// How the ranks average (docs/spec.md#top-k-leader): gather (an allgather of every rank's
-  /// payload), or leader (the indices of rank step mod W used by every rank, the values at them
-  /// allreduced; dense_switch does not apply).
+  /// payload), leader (the indices of rank step mod W used by every rank, the values at them
+  /// allreduced) or scatter (each chunk's entries to its owner, selected again there, then
+  /// gathered; docs/spec.md#scatter-exchange; exact mode). dense_switch applies to gather only.
   bellows::exchange exchange = bellows::exchange::gather;
+  /// Under scatter: whether a chunk's owner keeps what its selection drops (on by default: top-k
+  /// is biased, and what the owner drops would otherwise be lost).
+  bool owner_memory = true;
 
   /// Raises bellows::error naming the first parameter out of range; both backends' constructors
   /// call it.
@@ -58,7 +62,9 @@ struct topk_params {
     BELLOWS_EXPECTS(mode == topk_mode::exact || mode == topk_mode::approximate,
                     "topk: mode must be exact or approximate, got the value ", static_cast<unsigned>(mode));
     check_feedback("topk", feedback);
-    check_exchange("topk", exchange, "gather|leader");
+    check_exchange("topk", exchange, "gather|leader|scatter");
+    BELLOWS_EXPECTS(exchange != bellows::exchange::scatter || mode == topk_mode::exact,
+                    "topk: the scatter exchange keeps a fixed count per chunk: mode must be exact");
   }
 };
 
@@ -81,7 +87,8 @@ struct topk_method {
       {"ratio", "fraction of the elements kept, in (0, 1]", "0.01"},
       {"approximate", "keep between k and 1.25 k of the largest, when cheaper", {}, {}, true},
       feedback_option(params{}.feedback),
-      exchange_option("gather|leader"),
+      exchange_option("gather|leader|scatter"),
+      owner_memory_option(params{}.owner_memory),
   };
   /// Configurations that reach every path: no memory, the dense average, the memory, a large k,
   /// and the leader's exchange with and without memory.
@@ -99,13 +106,15 @@ struct topk_method {
             .mode = s.flag("approximate") ? topk_mode::approximate : topk_mode::exact,
             .feedback = feedback_setting(s, params{}.feedback),
             .seed = s.whole("seed", params{}.seed),
-            .exchange = exchange_setting(s, "gather|leader")};
+            .exchange = exchange_setting(s, "gather|leader|scatter"),
+            .owner_memory = owner_memory_setting(s, params{}.owner_memory)};
   }
   [[nodiscard]] static std::vector<method_param> describe(const params& p) {
     return {{"ratio", p.ratio},
             {"mode", to_string(p.mode)},
             {"error_feedback", to_string(p.feedback)},
-            {"exchange", to_string(p.exchange)}};
+            {"exchange", to_string(p.exchange)},
+            {"owner_memory", p.owner_memory ? "on" : "off"}};
   }
   template <class Exec>
   [[nodiscard]] static compressor<Exec> make(const params& p, Exec& exec) {

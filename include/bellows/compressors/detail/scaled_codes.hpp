@@ -121,8 +121,8 @@ public:
   template <CollectiveFor<Exec> Coll>
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     check_stream(Derived::name, st.layer, coll, *exec_);
-    if constexpr (host_backend)
-      if (scattered()) return reduce_scattered(derived_mut(), st, st, *exec_, inout, coll);
+    if constexpr (runs_on_host<Exec>)
+      if (scattered()) return reduce_scattered(Derived::name, derived_mut(), st, st, *exec_, inout, coll);
     const std::size_t rank = coll.rank();
     const scaled_payload shape = begin_step(st, inout.size());
     st.slots.prepare(*exec_, coll.size(), shape.bytes);
@@ -143,7 +143,7 @@ public:
     const scaled_payload shape = begin_step(st, grad.size());
     check_parts(Derived::name, st.layer, rounds(st, ranks), parts);
     st.slots.prepare(*exec_, ranks, 0);  // the words only: the payloads are the caller's
-    if constexpr (host_backend)
+    if constexpr (runs_on_host<Exec>)
       if (scattered()) {
         st.prepare(*exec_, Derived::name, st.layer, plan(st.layer, ranks), rank, params().owner_memory,
                    params().feedback);
@@ -157,7 +157,7 @@ public:
   /// One round only; under scatter, round 1: the owner's, which reads the payloads of its chunk
   /// (parts[0], as the alltoall left them) and writes its own (parts[1]).
   void next(state& st, std::span<const float> /*grad*/, std::size_t round, round_parts parts) {
-    if constexpr (host_backend)
+    if constexpr (runs_on_host<Exec>)
       if (scattered() && round == 1) return reencode_chunk(st, parts[0], parts[1]);
     fail<error>(Derived::name, ": layer '", st.layer.name, "' has no round ", round);
   }
@@ -165,7 +165,7 @@ public:
   /// wire_error; the device's verdicts are read in verify and conclude), and when all are good
   /// and finite, grad = their average (and on the device e' = m - this rank's decoded payload).
   void finish(state& st, std::span<float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
-    if constexpr (host_backend)
+    if constexpr (runs_on_host<Exec>)
       if (scattered()) return concatenate_chunks(st, grad, parts[1]);
     const std::size_t bytes = format_.shape(st.layer.size()).bytes, stride = parts[0].stride * sizeof(float);
     check_gathered(Derived::name, st.layer, stride, bytes, ranks);
@@ -262,7 +262,7 @@ protected:
   /// Raises bellows::error for the scatter exchange on a backend that enqueues on a stream (the
   /// device has no scatter step yet).
   scaled_codes(const params_type& params, Exec& exec) : format_(params), exec_(&exec) {
-    if constexpr (!host_backend)
+    if constexpr (!runs_on_host<Exec>)
       BELLOWS_EXPECTS(!scattered(), Derived::name, ": the scatter exchange runs on the CPU backend only, for now");
   }
 
@@ -331,8 +331,6 @@ private:
                             st.workspace.span(), non_finite, rank);
     finish_payload(*exec_, out, shape, non_finite);
   }
-
-  static constexpr bool host_backend = !requires(const Exec& e) { e.stream(); };
 
   [[nodiscard]] bool scattered() const noexcept { return params().exchange == exchange::scatter; }
   [[nodiscard]] chunk_plan plan(const layer_info& layer, std::size_t ranks) const {

@@ -28,6 +28,13 @@
 
 namespace bellows::detail {
 
+/// Whether Exec runs its kernels in the caller's thread, in host memory (the CPU), rather than
+/// enqueueing them on a stream (the device, which has no scatter step yet).
+template <class Exec>
+inline constexpr bool runs_on_host = !requires(const Exec& e) {
+  e.stream();
+};
+
 /// Payload slot j of a round's part (this rank's payload for rank j, or what rank j sent), of
 /// `bytes`.
 [[nodiscard]] inline std::span<std::byte> chunk_slot(const round_part& part, std::size_t j, std::size_t bytes) {
@@ -136,10 +143,10 @@ private:
 /// owners' payloads; finish; conclude). Raises bellows::error, before any state changes, when
 /// `coll` has no alltoall.
 template <class Codec, class State, class Exec, class Coll>
-reduce_result reduce_scattered(Codec& codec, State& st, scatter_state<Exec>& sc, Exec& exec, std::span<float> inout,
-                               Coll& coll) {
+reduce_result reduce_scattered(const char* who, Codec& codec, State& st, scatter_state<Exec>& sc, Exec& exec,
+                               std::span<float> inout, Coll& coll) {
   if constexpr (!AlltoallCollective<Coll>) {
-    fail<error>(Codec::name, ": layer '", st.layer.name,
+    fail<error>(who, ": layer '", st.layer.name,
                 "': the scatter exchange needs a collective with alltoall (AlltoallCollective, concepts.hpp)");
   } else {
     const std::size_t rank = coll.rank(), ranks = coll.size();

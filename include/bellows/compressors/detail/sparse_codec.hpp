@@ -30,9 +30,13 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <span>
+#include <string_view>
 #include <utility>
 
+#include "bellows/compressors/detail/scatter_state.hpp"
 #include "bellows/compressors/detail/step_checks.hpp"
 #include "bellows/compressors/detail/step_record.hpp"
 #include "bellows/concepts.hpp"
@@ -106,34 +110,33 @@ struct sparse_entries {
 /// 0 for a payload flagged non-finite), the arrays against the body, indices strictly ascending
 /// and below n, values finite. Raises bellows::wire_error naming the layer and the field.
 [[nodiscard]] inline sparse_entries read_sparse(std::span<const std::byte> payload, wire::codec codec,
-                                                const layer_info& layer, std::uint64_t min_count,
+                                                std::string_view layer, std::uint64_t n, std::uint64_t min_count,
                                                 std::uint64_t max_count) {
   wire::reader r(payload, codec);
   const wire::header& h = r.head();
   const char* name = codec.name;
-  const std::uint64_t n = layer.size();
   const bool wide = (h.flags & wire::flag::index64) != 0;
   if (h.n != n || h.param != 0 || wide != wide_indices(n))
     fail<wire_error>(name, ": payload for ", h.n, " elements (param ", h.param, ", ", wide ? 64 : 32,
-                     "-bit indices) where layer '", layer.name, "' has ", n);
+                     "-bit indices) where layer '", layer, "' has ", n);
   if (h.flags & wire::flag::non_finite) {
     if (h.count != 0)
-      fail<wire_error>(name, ": payload flagged non-finite carries ", h.count, " entries for layer '", layer.name, "'");
+      fail<wire_error>(name, ": payload flagged non-finite carries ", h.count, " entries for layer '", layer, "'");
     r.finish();
     return {step_status::non_finite, {}, {}, {}};
   }
   if (h.count < min_count || h.count > max_count) {
     if (min_count == max_count)
-      fail<wire_error>(name, ": payload of ", h.count, " entries where layer '", layer.name, "' expects ", min_count);
-    fail<wire_error>(name, ": payload of ", h.count, " entries where layer '", layer.name, "' expects ", min_count,
-                     " to ", max_count);
+      fail<wire_error>(name, ": payload of ", h.count, " entries where layer '", layer, "' expects ", min_count);
+    fail<wire_error>(name, ": payload of ", h.count, " entries where layer '", layer, "' expects ", min_count, " to ",
+                     max_count);
   }
   sparse_entries e;
   auto check = [&](auto index) {
     std::uint64_t next = 0;  // the smallest index allowed at this position
     for (std::size_t j = 0; j < index.size(); ++j) {
       if (index[j] < next || index[j] >= n)
-        fail<wire_error>(name, ": entry ", j, " of layer '", layer.name, "' has index ", index[j],
+        fail<wire_error>(name, ": entry ", j, " of layer '", layer, "' has index ", index[j],
                          " (indices must ascend strictly and stay below ", n, ")");
       next = std::uint64_t{index[j]} + 1;
     }
@@ -151,9 +154,24 @@ struct sparse_entries {
   }
   for (std::size_t j = 0; j < e.value.size(); ++j)
     if (!std::isfinite(e.value[j]))
-      fail<wire_error>(name, ": entry ", j, " of layer '", layer.name, "' has the non-finite value ", e.value[j],
+      fail<wire_error>(name, ": entry ", j, " of layer '", layer, "' has the non-finite value ", e.value[j],
                        " in a payload not flagged non-finite");
   return e;
+}
+/// The same for a payload of a whole layer.
+[[nodiscard]] inline sparse_entries read_sparse(std::span<const std::byte> payload, wire::codec codec,
+                                                const layer_info& layer, std::uint64_t min_count,
+                                                std::uint64_t max_count) {
+  return read_sparse(payload, codec, layer.name, layer.size(), min_count, max_count);
+}
+
+/// ceil(a b / c) for a and b at most c > 0: the entries a chunk of b of a layer's c elements
+/// keeps when the layer keeps a (docs/spec.md#scatter-exchange).
+[[nodiscard]] inline std::size_t share_of(std::size_t a, std::size_t b, std::size_t c) noexcept {
+  if (a == 0 || b == 0) return 0;
+  if (a <= std::numeric_limits<std::size_t>::max() / b) return (a * b - 1) / c + 1;
+  return static_cast<std::size_t>(
+      std::ceil(static_cast<long double>(a) * static_cast<long double>(b) / static_cast<long double>(c)));
 }
 
 /// What top-k and rand-k share beyond their selection, written once over the executor: the
@@ -175,7 +193,7 @@ public:
   /// buffers of its steps, in the backend's memory. A state may serve compressors of other
   /// ratios or modes too (the two levels of an Accordion schedule): it keeps its memory, and its
   /// plan and workspace follow the compressor at the next step (allocating only then).
-  class state {
+  class state : public scatter_state<Exec> {
   public:
     layer_info layer;
     std::uint64_t step = 0;
@@ -203,6 +221,9 @@ public:
     host_values_for<Exec, reported> reported_;         ///< copied back by the phases of an allreduce step
     std::span<const float> list_;                      ///< top-k's leader: the summed index list (the caller's part)
     index_list_words<sparse_count_for<Exec>> listed_;  ///< top-k's leader: what the list's check reported
+    Plan part_plan_{};                                 ///< the scatter exchange's: the last chunk's selection
+    Workspace part_work_{};                            ///< and its workspace
+    float_array_for<Exec> part_sum_;                   ///< the owner's average of its chunk
     bool by_allgather_ = false;                        ///< the step under way is averaged by allgather
     bool pending_ = false;                             ///< a step was staged with finite input and not yet committed
   };
@@ -211,8 +232,13 @@ public:
   static constexpr wire::codec codec = Method::codec;
   static constexpr const char* name = Method::codec.name;
 
-  /// Raises bellows::error naming a parameter out of range (params_type::validate).
-  explicit sparse_codec(const params_type& params, Exec& exec) : params_(params), exec_(&exec) { params_.validate(); }
+  /// Raises bellows::error naming a parameter out of range (params_type::validate), and for the
+  /// scatter exchange on a backend that enqueues on a stream (the device has no scatter step yet).
+  explicit sparse_codec(const params_type& params, Exec& exec) : params_(params), exec_(&exec) {
+    params_.validate();
+    if constexpr (!runs_on_host<Exec>)
+      BELLOWS_EXPECTS(!scatters(), name, ": the scatter exchange runs on the CPU backend only, for now");
+  }
 
   [[nodiscard]] const params_type& params() const noexcept { return params_; }
 
@@ -222,6 +248,7 @@ public:
     slots_type::words::reserve(*exec_);
     state st;
     st.layer = layer;
+    st.exchange = exchange_kind();
     st.plan_ = derived().plan_for(layer);
     fit_workspace(*exec_, st.work_, st.plan_);  // a plan equal to the default one too
     fit(st);
@@ -256,6 +283,7 @@ public:
   void commit(state& st) const {
     BELLOWS_EXPECTS(st.pending_, name, ": layer '", st.layer.name, "' has no staged step with finite input to commit");
     std::swap(st.memory, st.staged_);
+    st.scatter_state<Exec>::commit();
     ++st.step;
     st.pending_ = false;
   }
@@ -301,13 +329,27 @@ public:
   /// When the trainer's learning rate changes from lr_old to lr_new: a feedback::scaled memory
   /// is multiplied by lr_old / lr_new, so that it stands for the same parameter update; other
   /// memories are left alone.
-  void rescale(state& st, float lr_old, float lr_new) const { st.memory.rescale(*exec_, lr_old, lr_new, name); }
+  void rescale(state& st, float lr_old, float lr_new) const {
+    st.memory.rescale(*exec_, lr_old, lr_new, name);
+    st.owner.rescale(*exec_, lr_old, lr_new, name);
+  }
 
   /// Checkpoint of a layer's state: its step counter and error memory, the same record on every
-  /// backend (waits for the executor).
-  void save(const state& st, checkpoint_writer& out) const { save_step_record(*exec_, st.step, st.memory, out); }
+  /// backend (waits for the executor); under scatter then its record of the exchange
+  /// (scatter_state::save). load checks all of it before it changes anything.
+  void save(const state& st, checkpoint_writer& out) const {
+    save_step_record(*exec_, st.step, st.memory, out);
+    if (scatters()) st.save(*exec_, out);
+  }
   void load(state& st, checkpoint_reader& in) const {
-    load_step_record(*exec_, st.step, st.memory, in, name, name);
+    const step_record rec = read_step_record(in, st.memory.values().size(), name, name);
+    scatter_record scatter;
+    if (scatters())
+      scatter = scatter_state<Exec>::read(
+          name, st.layer, in, [&](std::size_t ranks) { return parts_of(st.layer, ranks); }, owner_memory());
+    st.memory.assign(*exec_, rec.memory);
+    st.step = rec.step;
+    st.restore(*exec_, scatter, owner_memory(), params_.feedback);
     st.pending_ = false;
   }
 
@@ -405,6 +447,151 @@ protected:
       add(std::uint32_t{});
   }
 
+  // The scatter exchange (docs/spec.md#scatter-exchange), on the CPU: the layer cut into W chunks
+  // of whole runs of four elements (so that every chunk of a memory starts 16 bytes in, as the
+  // selection's streaming stores want); each chunk of m = g + e selected into its own payload of
+  // ceil(k n_c / n) entries for its owner (the next memory staged by the selection); the owner's
+  // average of the W payloads of its chunk, plus its memory E_c, selected again to as many entries
+  // (E_c' = the rest, staged by that selection); every rank's output the owners' entries. Derived
+  // brings select_part(st, n, k, word, g, e, staged, body): the selection (top-k) or draw
+  // (per-rank rand-k) of k of a chunk's n elements with the Philox rank word `word`, into a
+  // payload's body, on the workspace fit_part gives.
+
+  /// The parameters' exchange and owner memory (gather and none for a codec without the choice).
+  [[nodiscard]] bellows::exchange exchange_kind() const noexcept {
+    if constexpr (requires(const params_type& p) { p.exchange; })
+      return params_.exchange;
+    else
+      return exchange::gather;
+  }
+  [[nodiscard]] bool owner_memory() const noexcept {
+    if constexpr (requires(const params_type& p) { p.owner_memory; })
+      return params_.owner_memory;
+    else
+      return false;
+  }
+  [[nodiscard]] bool scatters() const noexcept { return exchange_kind() == exchange::scatter; }
+  /// The layer's chunks over `ranks`.
+  [[nodiscard]] chunk_plan parts_of(const layer_info& layer, std::size_t ranks) const {
+    return {name, layer.size(), ranks, 4, layer.id};
+  }
+  /// The entries a chunk of `size` elements keeps: ceil(k size / n).
+  [[nodiscard]] std::size_t part_count(const layer_info& layer, std::size_t size) const {
+    return share_of(derived().counts(layer).first, size, layer.size());
+  }
+  /// The bytes of the payload of a chunk of `size` elements.
+  [[nodiscard]] std::size_t part_bytes(const layer_info& layer, std::size_t size) const {
+    return sparse_payload_bytes(size, part_count(layer, size));
+  }
+  /// An alltoall of W chunk payloads, then an allgather of the owner's, in slots of the largest
+  /// chunk's payload (chunk 0's: the counts grow with the sizes).
+  [[nodiscard]] exchange_rounds scatter_rounds(const layer_info& layer, std::size_t ranks) const {
+    const std::size_t slot = part_bytes(layer, parts_of(layer, ranks).largest());
+    return {{collective_op::alltoall, slot}, {collective_op::allgather, slot}};
+  }
+
+  /// The chunks at `ranks` and the owner's buffers (scatter_state::prepare), then each chunk of
+  /// m = grad + e selected into part 0's slot of its owner, the next memory staged chunk by chunk.
+  void begin_scattered(state& st, std::span<const float> grad, round_parts parts, std::size_t rank, std::size_t ranks) {
+    st.by_allgather_ = false;
+    st.prepare(*exec_, name, st.layer, parts_of(st.layer, ranks), rank, owner_memory(), params_.feedback);
+    const chunk_plan& p = st.chunks;
+    const std::size_t owned = p.size(p.owned_by(rank));
+    if (st.part_sum_.size() < owned) st.part_sum_ = float_array_for<Exec>(*exec_, owned);  // the first step's
+    check_gathered(name, st.layer, parts[0].stride * sizeof(float), part_bytes(st.layer, p.largest()), ranks);
+    const auto [e, staged] = compensation(st);
+    for (std::size_t c = 0; c < ranks; ++c) {
+      const std::size_t at = p.begin(c), n = p.size(c), k = part_count(st.layer, n);
+      const std::span<std::byte> payload = chunk_slot(parts[0], p.owner(c), sparse_payload_bytes(n, k));
+      const auto words = derived().select_part(
+          st, n, k, chunk_plan::worker_stream(c, rank), grad.subspan(at, n), e.empty() ? e : e.subspan(at, n),
+          staged.empty() ? staged : staged.subspan(at, n), payload.subspan(wire::header_bytes));
+      finish_payload(*exec_, payload, sparse_payload_of(codec.id, n, k, k), words);
+    }
+  }
+
+  /// The owner's round: the W payloads of its chunk (`received`) validated; when all are good and
+  /// finite, u = their average (the gather step's arithmetic) + E_c, selected again with the
+  /// owner's stream into `out`, and E_c' = the rest of u staged. A flagged payload makes the
+  /// owner's flagged, a malformed one flagged relayed_malformed; neither raises here, so that every
+  /// rank still meets the allgather.
+  void reselect_part(state& st, const round_part& received, const round_part& out) {
+    const chunk_plan& p = st.chunks;
+    const std::size_t c = p.owned_by(st.rank), n = p.size(c), k = part_count(st.layer, n);
+    const std::size_t bytes = sparse_payload_bytes(n, k);
+    check_gathered(name, st.layer, received.stride * sizeof(float), bytes, p.ranks());
+    bool flagged = false, malformed = false;
+    for (std::size_t i = 0; i < p.ranks(); ++i) {
+      try {
+        flagged |= read_part(st, n, chunk_slot(received, i, bytes)).status == step_status::non_finite;
+      } catch (const wire_error&) {
+        malformed = true;
+      }
+    }
+    const sparse_payload shape = sparse_payload_of(codec.id, n, k, k);
+    const std::span<std::byte> payload = chunk_slot(out, 0, bytes);
+    if (flagged || malformed) {
+      constexpr unsigned not_finite = 1;
+      finish_payload(*exec_, payload, shape, sparse_words<sparse_count_for<Exec>>{&not_finite});
+      if (malformed) payload[offsetof(wire::header, flags)] |= std::byte{wire::flag::relayed_malformed};
+      return;
+    }
+    const std::span<float> u = st.part_sum_.span().first(n);
+    st.slots_.view(reinterpret_cast<const std::byte*>(received.values.data()), received.stride * sizeof(float),
+                   p.ranks(), bytes);
+    average_payloads(*exec_, st.slots_, shape, u);
+    const bool kept = st.owner.enabled();
+    const auto words = derived().select_part(
+        st, n, k, chunk_plan::owner_stream(c), u, kept ? std::as_const(st.owner).values() : std::span<const float>{},
+        kept ? st.owner_staged.values() : std::span<float>{}, payload.subspan(wire::header_bytes));
+    finish_payload(*exec_, payload, shape, words);
+  }
+
+  /// Every owner's payload validated, in rank order (a malformed one raises the validation's
+  /// wire_error, naming its rank: the same on every rank); when all are good and finite, `grad`
+  /// = zeros with every owner's entries in its chunk.
+  void concatenate_parts(state& st, std::span<float> grad, const round_part& gathered) {
+    const chunk_plan& p = st.chunks;
+    check_gathered(name, st.layer, gathered.stride * sizeof(float), part_bytes(st.layer, p.largest()), p.ranks());
+    bool flagged = false;
+    for (std::size_t r = 0; r < p.ranks(); ++r) {
+      const std::size_t n = p.size(p.owned_by(r));
+      try {
+        flagged |= read_part(st, n, chunk_slot(gathered, r, part_bytes(st.layer, n))).status == step_status::non_finite;
+      } catch (const wire_error& e) {
+        fail<wire_error>(name, ": layer '", st.layer.name, "': the chunk payload of rank ", r, ": ", e.what());
+      }
+    }
+    st.slots_.set_status(flagged ? step_status::non_finite : step_status::ok);
+    if (flagged) return;
+    fill(*exec_, grad, 0.0f);
+    for (std::size_t r = 0; r < p.ranks(); ++r) {
+      const std::size_t c = p.owned_by(r), n = p.size(c);
+      add_entries(grad.subspan(p.begin(c), n), chunk_slot(gathered, r, 0).data() + wire::header_bytes,
+                  part_count(st.layer, n));
+    }
+  }
+
+  /// The state's workspace for chunks, fitted to `plan` (allocating only when it grows).
+  Workspace& fit_part(state& st, const Plan& plan) const {
+    if (!(plan == st.part_plan_)) {
+      fit_workspace(*exec_, st.part_work_, plan);
+      st.part_plan_ = plan;
+    }
+    return st.part_work_;
+  }
+
+  /// After finish: the status, and what the step handed to its calls (W payload slots to the
+  /// alltoall, one to the allgather) with the entries kept in the output.
+  [[nodiscard]] reduce_result scatter_result(const state& st) const {
+    const chunk_plan& p = st.chunks;
+    std::size_t kept = 0;
+    for (std::size_t c = 0; c < p.ranks(); ++c) kept += part_count(st.layer, p.size(c));
+    const bool ok = st.slots_.may_average();
+    return {ok ? step_status::ok : step_status::non_finite,
+            {(p.ranks() + 1) * part_bytes(st.layer, p.largest()), ok ? kept : 0, ok ? kept : 0}};
+  }
+
   /// Ends a step: commits it when every rank's input proved finite, else forgets it.
   reduce_result conclude(state& st, reduce_result r) const {
     st.pending_ = r.status == step_status::ok;
@@ -427,11 +614,22 @@ private:
     const auto [least, most] = derived().counts(st.layer);
     return read_sparse(payload, codec, st.layer, least, most);
   }
+  /// The chunk payload of `size` elements in a slot (as long as its header says, at most the
+  /// slot: a flagged one is shorter), validated, under scatter.
+  [[nodiscard]] sparse_entries read_part(const state& st, std::size_t size, std::span<const std::byte> slot) const {
+    const std::size_t k = part_count(st.layer, size);
+    wire::header h;
+    std::memcpy(static_cast<void*>(&h), slot.data(), sizeof h);
+    const std::size_t room = slot.size() - wire::header_bytes;
+    return read_sparse(slot.first(wire::header_bytes + (h.body_bytes < room ? h.body_bytes : room)), codec,
+                       st.layer.name, size, k, k);
+  }
 
   /// The plan and workspace of this compressor (allocating only when they change), and the
   /// memories: sized for its feedback on a fresh state; on a used one, the kind must be the one
   /// it was made with.
   void fit(state& st) const {
+    if (st.exchange == exchange::scatter || scatters()) st.check_exchange(name, st.layer, exchange_kind());
     const Plan plan = derived().plan_for(st.layer);
     if (!(plan == st.plan_)) {
       fit_workspace(*exec_, st.work_, plan);
