@@ -42,7 +42,9 @@ inline constexpr const char* options_usage =
     "  --topk-low X       top-k low level: ratio of elements kept (0.99)\n"
     "  --topk-high X      top-k high level (0.1)\n"
     "  --exchange E       how the top-k runs' ranks average: gather (every rank's payload to every\n"
-    "                     rank) or leader (one rank's indices per step, their values summed) (gather)\n"
+    "                     rank), leader (one rank's indices per step, their values summed) or\n"
+    "                     scatter (each chunk's entries to its owner, selected there, then gathered)\n"
+    "                     (gather)\n"
     "  --workers N        data-parallel workers (4); fmnist_mpi takes the number of MPI ranks\n"
     "  --level-change C   what a layer's state does when Accordion switches it: keep (its error\n"
     "                     memory, PowerSGD's shared query columns) or reset (memory zero, query\n"
@@ -123,9 +125,9 @@ inline std::vector<run_spec> runs_of(const std::string& list, std::size_t powers
 }
 
 inline bellows::exchange exchange_of(const std::string& text) {
-  for (const bellows::exchange x : {bellows::exchange::gather, bellows::exchange::leader})
+  for (const bellows::exchange x : {bellows::exchange::gather, bellows::exchange::leader, bellows::exchange::scatter})
     if (text == bellows::to_string(x)) return x;
-  throw usage_error("--exchange: '" + text + "' is neither gather nor leader");
+  throw usage_error("--exchange: '" + text + "' is not gather, leader or scatter");
 }
 
 inline bellows::level_change level_change_of(const std::string& text) {

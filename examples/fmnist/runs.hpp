@@ -118,8 +118,9 @@ struct comparison_config {
   std::size_t powersgd_high_rank = 1;
   double topk_low_ratio = 0.99;
   double topk_high_ratio = 0.1;
-  /// How the top-k runs' ranks average: gather (every rank's payload to every rank) or leader
-  /// (one rank's indices per step, docs/spec.md#top-k-leader).
+  /// How the top-k runs' ranks average: gather (every rank's payload to every rank), leader
+  /// (one rank's indices per step, docs/spec.md#top-k-leader) or scatter (chunk owners,
+  /// docs/spec.md#top-k-under-scatter).
   bellows::exchange topk_exchange = bellows::exchange::gather;
   bellows::accordion_params accordion{};
   /// What a layer's compressor state does when Accordion switches its level.
