@@ -129,11 +129,12 @@ class State:
     exchange: "gather" (default): each rank's payload goes to every rank; "leader" (top-k only):
         the indices of one rank, taking turns by step, are every rank's, and only the values at
         them are summed, so each rank receives about 2 k indices and values whatever the world
-        size (docs/spec.md#top-k-leader); "scatter" (QSGD and EF-signSGD): each parameter cut into
-        one chunk per rank, averaged and re-encoded by the rank that owns it, then gathered, so each
-        rank receives about two payloads' worth whatever the world size (docs/spec.md#scatter-exchange).
+        size (docs/spec.md#top-k-leader); "scatter" (QSGD, EF-signSGD, top-k, per-rank rand-k):
+        each parameter cut into one chunk per rank, averaged and re-encoded by the rank that owns
+        it, then gathered, so each rank receives about two payloads' worth whatever the world size
+        (docs/spec.md#scatter-exchange).
     owner_memory: under scatter, whether a chunk's owner keeps the error of its re-encoding:
-        "default" (the compressor's: off for QSGD, on for EF-signSGD), "on" or "off".
+        "default" (the compressor's: off for QSGD, on for EF-signSGD, top-k and rand-k), "on" or "off".
     model: the module (or its DDP wrapper) whose gradients the hook averages. The state is then
         keyed by parameter name and made up front, which state_dict() needs. Without it, a
         gradient is known by its bucket and position ("bucket3.grad1"), and a parameter that DDP

@@ -33,6 +33,8 @@ CONFIGS = {
     "qsgd_scatter": dict(compressor="qsgd", low=4, exchange="scatter", owner_memory="on"),
     "signsgd_scatter_accordion": dict(compressor="signsgd", low=0, high=64, accordion=True, interval=1,
                                       exchange="scatter"),
+    "topk_scatter_accordion": dict(compressor="topk", low=0.5, high=0.05, accordion=True, interval=1,
+                                   exchange="scatter"),
 }
 # Every other compressor of the list, at the library's default level.
 LISTED = [f for f in bellows_torch.FAMILIES if f not in CONFIGS]
@@ -167,6 +169,9 @@ class HookMatchesDirect(unittest.TestCase):
     def test_signsgd_scatter_accordion(self):
         self.check("signsgd_scatter_accordion")
 
+    def test_topk_scatter_accordion(self):
+        self.check("topk_scatter_accordion")
+
     def test_every_other_listed_compressor(self):
         for name in LISTED:
             with self.subTest(name):
@@ -191,8 +196,8 @@ class HookMatchesDirect(unittest.TestCase):
                          "(exchange='gather')")
         self.assertEqual(dist_util.run(refusal, dict(compressor="qsgd", low=4, exchange="leader")),
                          "bellows_torch: exchange='leader': qsgd's exchanges are gather|scatter")
-        self.assertEqual(dist_util.run(refusal, dict(compressor="topk", low=0.1, owner_memory="on")),
-                         "bellows_torch: owner_memory='on': topk has no scatter exchange")
+        self.assertEqual(dist_util.run(refusal, dict(compressor="powersgd", low=4, owner_memory="on")),
+                         "bellows_torch: owner_memory='on': powersgd has no scatter exchange")
 
 
 if __name__ == "__main__":
