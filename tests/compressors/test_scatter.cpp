@@ -526,28 +526,36 @@ TEST_CASE("scatter: a bucket of scatter and gather layers equals each layer's re
   }
 }
 
-TEST_CASE("scatter: one alltoall and one allgather, each rank receiving about two chunks' payloads per rank") {
+namespace {
+
+/// One scatter step of compressor `c` on a layer of 2^16 elements over W = 2, 4 and 8, counted:
+/// its rounds an alltoall and an allgather, one call of each, and each rank receiving 2 (W - 1)
+/// chunk payloads of chunk_bytes(W) bytes to 64 more (a header and padding); then
+/// check(result, output) on every rank.
+template <class C, class ChunkBytes, class Check>
+void check_received(const C& c, ChunkBytes chunk_bytes, Check check) {
   constexpr std::size_t n = 1 << 16;
   for (const std::size_t ranks : {2u, 4u, 8u}) {
     CAPTURE(ranks);
     std::vector<std::uint64_t> received(ranks);
     local_group(ranks).run([&](local& comm) {
       bellows::collectives::counting<local> counted(comm);
-      bellows::qsgd<> c({.bits = 8, .bucket = 512, .exchange = scatter});
-      auto st = c.make_state({0, "layer", bellows::shape{n}});
-      const bellows::exchange_rounds rounds = c.rounds(st, ranks);
+      C mine = c;
+      auto st = mine.make_state({0, "layer", bellows::shape{n}});
+      const bellows::exchange_rounds rounds = mine.rounds(st, ranks);
       REQUIRE(rounds.size() == 2);
       CHECK(rounds[0].op == bellows::collective_op::alltoall);
       CHECK(rounds[1].op == bellows::collective_op::allgather);
       auto g = gradient(n, comm.rank(), 0);
-      REQUIRE(c.reduce(st, g, counted).status == bellows::step_status::ok);
+      const bellows::reduce_result result = mine.reduce(st, g, counted);
+      REQUIRE(result.status == bellows::step_status::ok);
       CHECK(counted.alltoall().calls == 1);
       CHECK(counted.allgather().calls == 1);
       CHECK(counted.allreduce().calls == 0);
+      check(result, std::span<const float>(g), ranks);
       received[comm.rank()] = counted.alltoall().bytes_received + counted.allgather().bytes_received;
     });
-    // a chunk's payload is n / W codes and n / (512 W) scales, with a header
-    const double chunk = static_cast<double>(n) / static_cast<double>(ranks) * (1.0 + 4.0 / 512.0);
+    const double chunk = chunk_bytes(static_cast<double>(ranks));
     for (const std::uint64_t bytes : received) {
       CHECK(static_cast<double>(bytes) >= 2.0 * static_cast<double>(ranks - 1) * chunk);
       CHECK(static_cast<double>(bytes) <= 2.0 * static_cast<double>(ranks - 1) * (chunk + 64.0));
@@ -555,34 +563,25 @@ TEST_CASE("scatter: one alltoall and one allgather, each rank receiving about tw
   }
 }
 
-TEST_CASE("scatter: top-k's rank receives about two chunks' worth of entries per rank") {
-  constexpr std::size_t n = 1 << 16;
-  for (const std::size_t ranks : {2u, 4u, 8u}) {
-    CAPTURE(ranks);
-    std::vector<std::uint64_t> received(ranks);
-    local_group(ranks).run([&](local& comm) {
-      bellows::collectives::counting<local> counted(comm);
-      bellows::topk<> c({.ratio = 0.01, .exchange = scatter});
-      auto st = c.make_state({0, "layer", bellows::shape{n}});
-      auto g = gradient(n, comm.rank(), 0);
-      const auto result = c.reduce(st, g, counted);
-      REQUIRE(result.status == bellows::step_status::ok);
-      CHECK(counted.alltoall().calls == 1);
-      CHECK(counted.allgather().calls == 1);
-      CHECK(counted.allreduce().calls == 0);
-      std::size_t nonzero = 0;
-      for (const float x : g) nonzero += x != 0.0f;
-      CHECK(nonzero == result.sent.kept);
-      CHECK(result.sent.kept >= 656);  // ceil(0.01 n) = 656, each chunk's count rounded up
-      CHECK(result.sent.kept <= 656 + ranks);
-      received[comm.rank()] = counted.alltoall().bytes_received + counted.allgather().bytes_received;
-    });
-    // a chunk's payload: ceil(656 / W) or one more entries of 8 bytes, with a header
-    const double chunk = 656.0 / static_cast<double>(ranks) * 8.0;
-    for (const std::uint64_t bytes : received) {
-      CHECK(static_cast<double>(bytes) >= 2.0 * static_cast<double>(ranks - 1) * chunk);
-      CHECK(static_cast<double>(bytes) <= 2.0 * static_cast<double>(ranks - 1) * (chunk + 64.0));
-    }
+}  // namespace
+
+TEST_CASE("scatter: one alltoall and one allgather, each rank receiving about two chunks' payloads per rank") {
+  constexpr double n = 1 << 16;
+  SUBCASE("QSGD: a chunk's payload is n / W codes and n / (512 W) scales") {
+    check_received(
+        bellows::qsgd<>({.bits = 8, .bucket = 512, .exchange = scatter}),
+        [&](double w) { return n / w * (1.0 + 4.0 / 512.0); }, [](const auto&, std::span<const float>, std::size_t) {});
+  }
+  SUBCASE("top-k: a chunk's payload is about 656 / W entries of 8 bytes; 656 to 655 + W kept") {
+    check_received(
+        bellows::topk<>({.ratio = 0.01, .exchange = scatter}), [](double w) { return 656.0 / w * 8.0; },
+        [](const bellows::reduce_result& result, std::span<const float> g, std::size_t ranks) {
+          std::size_t nonzero = 0;
+          for (const float x : g) nonzero += x != 0.0f;
+          CHECK(nonzero == result.sent.kept);
+          CHECK(result.sent.kept >= 656);  // ceil(0.01 n), each chunk's count rounded up
+          CHECK(result.sent.kept <= 655 + ranks);
+        });
   }
 }
 
