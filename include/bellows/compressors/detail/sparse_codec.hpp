@@ -283,7 +283,6 @@ public:
   void commit(state& st) const {
     BELLOWS_EXPECTS(st.pending_, name, ": layer '", st.layer.name, "' has no staged step with finite input to commit");
     std::swap(st.memory, st.staged_);
-    st.scatter_state<Exec>::commit();
     ++st.step;
     st.pending_ = false;
   }
@@ -595,7 +594,9 @@ protected:
   /// Ends a step: commits it when every rank's input proved finite, else forgets it.
   reduce_result conclude(state& st, reduce_result r) const {
     st.pending_ = r.status == step_status::ok;
-    if (st.pending_) commit(st);
+    if (!st.pending_) return r;
+    if (scatters()) st.scatter_state<Exec>::commit();  // the owner memory staged by this step
+    commit(st);
     return r;
   }
 
