@@ -7,6 +7,9 @@
 //   reduce    a whole step with residual feedback on one rank (selection, payload, output)
 //   leader    the same step by the cyclic leader's exchange, on its leader (the one rank leads):
 //             memory, selection, index list, values at it, output
+//   scatter   the same step by the scatter exchange on one rank, which owns the one chunk: the
+//             worker's selection, the owner's average, selection again and memory, output (at W
+//             ranks each rank's owner part is a W-th of that)
 //   nth_element, sort   baselines: |x| copied, then the k-th largest found
 // e.g. --benchmark_filter='topk/(exact|nth_element)/normal/1%/n=2\^24'
 #include <bellows/compressors/topk.hpp>
@@ -55,6 +58,10 @@ const bool registered = [] {
        {"leader",
         [](auto& s, const sparse_case& c) {
           bellows::bench::reduce_step(s, c, compressor(c, feedback::residual, bellows::exchange::leader));
+        }},
+       {"scatter",
+        [](auto& s, const sparse_case& c) {
+          bellows::bench::reduce_step(s, c, compressor(c, feedback::residual, bellows::exchange::scatter));
         }},
        {"nth_element", [](auto& s, const sparse_case& c) { baseline(s, c, false); }},
        {"sort", [](auto& s, const sparse_case& c) { baseline(s, c, true); }}});

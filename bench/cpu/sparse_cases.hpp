@@ -97,7 +97,7 @@ void reduce_step(benchmark::State& state, const sparse_case& c, C compressor) {
   const std::vector<float>& g = c.grad();
   auto st = compressor.make_state(c.layer());
   std::vector<float> x = g;
-  archetypes::collective solo;
+  archetypes::alltoall_collective solo;
   run_against_floor(
       state, g, [&] { benchmark::DoNotOptimize(compressor.reduce(st, x, solo)); },
       [&] { std::copy(g.begin(), g.end(), x.begin()); });

@@ -67,7 +67,7 @@ concept Collective = requires(C& c, const C& cc, std::span<float> values, std::s
 ///     the scatter exchange uses it (core/slotted_calls.hpp), in one call where alltoall may make
 ///     two (bellows_torch's process group).
 /// Models: collectives::local, collectives::mpi, collectives::nccl, collectives::staged and
-/// collectives::counting over one of them.
+/// collectives::counting over one of them; minimal model archetypes::alltoall_collective below.
 template <class C>
 concept AlltoallCollective = Collective<C> &&
     requires(C& c, std::span<const std::byte> blocks, std::span<const std::size_t> sizes, gather_buffer& out) {
@@ -87,6 +87,14 @@ struct collective {
   }
 };
 static_assert(Collective<collective>, "the archetype must model Collective");
+
+/// The least an AlltoallCollective provides (one rank, no traffic): the one block comes back.
+struct alltoall_collective : collective {
+  void alltoall(std::span<const std::byte> blocks, std::span<const std::size_t> sizes, gather_buffer& out) {
+    allgather(blocks.first(sizes[0]), out);
+  }
+};
+static_assert(AlltoallCollective<alltoall_collective>, "the archetype must model AlltoallCollective");
 }  // namespace archetypes
 
 /// DeviceCollective: a Collective that also exchanges device memory in place, on a CUDA stream,
