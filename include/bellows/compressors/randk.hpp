@@ -63,7 +63,7 @@ public:
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     this->begin_step(st, inout.size(), coll);
     if constexpr (detail::runs_on_host<Exec>)
-      if (this->scatters()) return detail::reduce_scattered(name, *this, st, st, *this->exec_, inout, coll);
+      if (this->scatters()) return detail::reduce_scattered(name, *this, st, *this->exec_, inout, coll);
     if (params_.mode == randk_mode::per_rank) return this->average_by_allgather(st, inout, coll);
     const round_part parts[] = {{shared_values(st)}};
     begin(st, inout, parts, coll.rank(), coll.size());

@@ -72,7 +72,7 @@ public:
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     this->begin_step(st, inout.size(), coll);
     if constexpr (detail::runs_on_host<Exec>)
-      if (this->scatters()) return detail::reduce_scattered(name, *this, st, st, *this->exec_, inout, coll);
+      if (this->scatters()) return detail::reduce_scattered(name, *this, st, *this->exec_, inout, coll);
     if (!leads() && !averages_densely(st.layer, coll.size())) return this->average_by_allgather(st, inout, coll);
     Exec& exec = *this->exec_;
     const exchange_rounds rounds = this->rounds(st, coll.size());

@@ -122,7 +122,7 @@ public:
   reduce_result reduce(state& st, std::span<float> inout, Coll& coll) {
     check_stream(Derived::name, st.layer, coll, *exec_);
     if constexpr (runs_on_host<Exec>)
-      if (scattered()) return reduce_scattered(Derived::name, derived_mut(), st, st, *exec_, inout, coll);
+      if (scattered()) return reduce_scattered(Derived::name, derived_mut(), st, *exec_, inout, coll);
     const std::size_t rank = coll.rank();
     const scaled_payload shape = begin_step(st, inout.size());
     st.slots.prepare(*exec_, coll.size(), shape.bytes);

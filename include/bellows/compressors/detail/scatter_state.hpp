@@ -138,17 +138,18 @@ private:
   }
 };
 
-/// reduce's scatter step, on the state's own buffers: the codec's phases (begin; the alltoall of
+/// reduce's scatter step, on the buffers of the state (a scatter_state<Exec>): the codec's phases (begin; the alltoall of
 /// W chunk payloads, slots of rounds[0].bytes; next, the owner's round; the allgather of the
 /// owners' payloads; finish; conclude). Raises bellows::error, before any state changes, when
 /// `coll` has no alltoall.
 template <class Codec, class State, class Exec, class Coll>
-reduce_result reduce_scattered(const char* who, Codec& codec, State& st, scatter_state<Exec>& sc, Exec& exec,
-                               std::span<float> inout, Coll& coll) {
+reduce_result reduce_scattered(const char* who, Codec& codec, State& st, Exec& exec, std::span<float> inout,
+                               Coll& coll) {
   if constexpr (!AlltoallCollective<Coll>) {
     fail<error>(who, ": layer '", st.layer.name,
                 "': the scatter exchange needs a collective with alltoall (AlltoallCollective, concepts.hpp)");
   } else {
+    scatter_state<Exec>& sc = st;
     const std::size_t rank = coll.rank(), ranks = coll.size();
     const std::size_t floats = codec.rounds(st, ranks)[0].bytes / sizeof(float);
     if (sc.sends.size() < ranks * floats) sc.sends = float_array_for<Exec>(exec, ranks * floats);  // the first step's
