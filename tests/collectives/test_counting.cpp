@@ -63,7 +63,8 @@ TEST_CASE("counting: forwards every operation and counts bytes and modeled ring 
   CHECK(right == static_cast<int>(w));
 }
 
-TEST_CASE("counting: an alltoall is forwarded, counts the other ranks' blocks and models a pairwise exchange") {
+TEST_CASE("counting: an alltoall is forwarded, counts the other ranks' blocks and models a pairwise exchange and "
+          "Bruck's") {
   const alpha_beta link{1e-5, 1e9};
   for (std::size_t w : {1u, 3u, 5u}) {
     CAPTURE(w);
@@ -81,15 +82,46 @@ TEST_CASE("counting: an alltoall is forwarded, counts the other ranks' blocks an
           received += bellows::testing::alltoall_size(r, c.rank(), 0);
         }
       const double modeled = w == 1 ? 0.0 : (w - 1) * 1e-5 + std::max(sent, received) / 1e9;
-      const bool ok = bellows::testing::alltoall_received(out, c.rank(), w, 0) && c.alltoall().calls == 1 &&
-                      c.alltoall().bytes_sent == sent && c.alltoall().bytes_received == received &&
-                      std::abs(c.alltoall().modeled_s - modeled) < 1e-15 &&
-                      c.alltoall().modeled_cheapest_s == c.alltoall().modeled_s && c.total().calls == 1 &&
-                      c.total().bytes_received == received;
+      const bool ok =
+          bellows::testing::alltoall_received(out, c.rank(), w, 0) && c.alltoall().calls == 1 &&
+          c.alltoall().bytes_sent == sent && c.alltoall().bytes_received == received &&
+          std::abs(c.alltoall().modeled_s - modeled) < 1e-15 &&
+          c.alltoall().modeled_cheapest_s ==
+              bellows::collectives::model_alltoall(static_cast<double>(sent), static_cast<double>(received), w, link)
+                  .cheapest_s &&
+          c.total().calls == 1 && c.total().bytes_received == received;
       if (ok) ++right;
     });
     CHECK(right == static_cast<int>(w));
   }
+}
+
+TEST_CASE("counting: Bruck's alltoall, against its steps counted one by one, is the cheaper where blocks are small") {
+  const alpha_beta link{3e-5, 1.25e9};  // 10 GbE
+  for (std::size_t w : {2u, 3u, 4u, 5u, 7u, 8u, 64u, 100u, 1024u}) {
+    CAPTURE(w);
+    const double bytes = 1000.0 * static_cast<double>(w - 1);  // 1000 bytes to each other rank
+    // Brute force: step j (2^j < w) forwards, from every rank, the blocks whose distance has bit j
+    // set; a rank sends and receives as many blocks in each step.
+    double steps = 0, forwarded = 0;
+    for (std::size_t bit = 1; bit < w; bit <<= 1, ++steps)
+      for (std::size_t d = 1; d < w; ++d)
+        if ((d & bit) != 0) forwarded += 1000.0;
+    const double bruck = steps * link.latency_s + forwarded / link.bandwidth_bytes_per_s;
+    const double pairwise = static_cast<double>(w - 1) * link.latency_s + bytes / link.bandwidth_bytes_per_s;
+    const auto t = bellows::collectives::model_alltoall(bytes, bytes, w, link);
+    CHECK(t.ring_s == doctest::Approx(pairwise).epsilon(1e-12));
+    CHECK(t.cheapest_s == doctest::Approx(std::min(pairwise, bruck)).epsilon(1e-12));
+    // Blocks of 1000 bytes cost less than a latency: from 4 ranks on, Bruck's saves more latencies
+    // than its extra steps cost (at 2 and 3 the two are one algorithm); blocks of 1 MB, pairwise.
+    if (w >= 4) CHECK(t.cheapest_s < t.ring_s);
+    const double big = 1e6 * static_cast<double>(w - 1);
+    const auto large = bellows::collectives::model_alltoall(big, big, w, link);
+    CHECK(large.cheapest_s == doctest::Approx(large.ring_s).epsilon(1e-12));
+  }
+  // The larger of sent and received sets the bytes' term.
+  const auto skew = bellows::collectives::model_alltoall(100.0, 7e6, 4, link);
+  CHECK(skew.ring_s == doctest::Approx(3 * 3e-5 + 7e6 / 1.25e9).epsilon(1e-12));
 }
 
 TEST_CASE("counting: one rank models no time, and a bad link is refused") {

@@ -87,22 +87,30 @@ struct log2_steps {
 }
 
 /// An alltoall in which this rank sends `sent` and receives `received` bytes of the other ranks'
-/// blocks, by pairwise exchange: (w - 1) alpha + max(sent, received) / beta, a link carrying both
-/// ways at once. Bruck's logarithmic alltoall sends each byte about log2(w) / 2 times, which
-/// blocks of a gradient's chunks are too large to gain from, so the cheapest figure is the same.
+/// blocks. Pairwise exchange: (w - 1) alpha + max(sent, received) / beta, a link carrying both
+/// ways at once. Bruck's: ceil(log2 w) steps, step j forwarding every block whose distance
+/// (destination - source mod w) has bit j set, so that a block travels as many times as its
+/// distance has bits: ceil(log2 w) alpha + h / (w - 1) max(sent, received) / beta, h the bits of
+/// the distances 1 to w - 1 together (about log2(w) / 2 per block), for blocks of equal size.
+/// MPI libraries take Bruck's for small blocks on many ranks, the pairwise one otherwise.
 [[nodiscard]] inline call_time model_alltoall(double sent, double received, std::size_t w, alpha_beta link) {
   if (w <= 1) return {};
-  const double t = static_cast<double>(w - 1) * link.latency_s + std::max(sent, received) / link.bandwidth_bytes_per_s;
-  return {t, t};
+  const double t = std::max(sent, received) / link.bandwidth_bytes_per_s;
+  const double pairwise = static_cast<double>(w - 1) * link.latency_s + t;
+  std::size_t bits = 0;  // of the distances 1 .. w - 1: per bit, whole periods of 2 b and the rest
+  for (std::size_t b = 1; b < w; b <<= 1) bits += w / (2 * b) * b + (w % (2 * b) > b ? w % (2 * b) - b : 0);
+  const double bruck = log2_steps(w).ceil * link.latency_s + static_cast<double>(bits) / static_cast<double>(w - 1) * t;
+  return {pairwise, std::min(pairwise, bruck)};
 }
 
 /// Wraps a Collective, forwards every call, and records per operation kind the calls, the bytes
 /// sent and received (an allreduce of B bytes receives allreduce_received: 2 (W - 1) / W B), and
-/// two modeled times (model_allreduce, model_allgather, model_broadcast above): `modeled_s` by the
-/// usual ring algorithms on W ranks, for a buffer of B bytes,
+/// two modeled times (model_allreduce, model_allgather, model_broadcast, model_alltoall above):
+/// `modeled_s` by the usual ring algorithms on W ranks, for a buffer of B bytes,
 ///  - allreduce_sum: 2 (W - 1) alpha + 2 (W - 1) / W * B / beta
 ///  - allgather:     (W - 1) alpha + (bytes of the other ranks' blocks) / beta
 ///  - broadcast:     (W - 1) alpha + B / beta (a pipelined chain)
+///  - alltoall:      (W - 1) alpha + max(bytes sent, bytes received) / beta (pairwise)
 /// and `modeled_cheapest_s` by the cheapest of those and the logarithmic algorithms. With W = 1
 /// every modeled time is 0.
 template <Collective Inner>
