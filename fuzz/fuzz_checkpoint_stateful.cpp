@@ -90,7 +90,7 @@ void exercise(Sync&& sync, std::span<const std::byte> bytes, bool elastic) {
   // Memories within a few orders of magnitude of the largest float may overflow in a step (PowerSGD
   // documents where); below 1e30 a step that goes through must give finite values.
   // The owner memories of the scatter exchange count too; a state saved at another world size
-  // or rank (its chunks' ranks are not 1) refuses the step.
+  // or rank (its chunks are of more than one rank) refuses the step.
   float largest = 0.0f;
   bool saved_elsewhere = false;
   for (std::size_t id = 0; id < sync.layers(); ++id) {

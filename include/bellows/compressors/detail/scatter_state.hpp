@@ -138,10 +138,10 @@ private:
   }
 };
 
-/// reduce's scatter step, on the buffers of the state (a scatter_state<Exec>): the codec's phases (begin; the alltoall of
-/// W chunk payloads, slots of rounds[0].bytes; next, the owner's round; the allgather of the
-/// owners' payloads; finish; conclude). Raises bellows::error, before any state changes, when
-/// `coll` has no alltoall.
+/// reduce's scatter step, on the buffers of the state (a scatter_state<Exec>): the codec's
+/// phases (begin; the alltoall of W chunk payloads, slots of rounds[0].bytes; next, the owner's
+/// round; the allgather of the owners' payloads; finish; conclude). Raises bellows::error, before
+/// any state changes, when `coll` has no alltoall.
 template <class Codec, class State, class Exec, class Coll>
 reduce_result reduce_scattered(const char* who, Codec& codec, State& st, Exec& exec, std::span<float> inout,
                                Coll& coll) {
