@@ -55,15 +55,23 @@ public:
     T total;
     InclusiveSum(in, out, total);
   }
+  /// Thread 0 sums the published values in order, in place, once for the block (a loop per
+  /// thread over every slot costs the square of the block's size, which dominated the emulated
+  /// top-k tests); the sums are those of that loop, bit for bit.
   void InclusiveSum(T in, T& out, T& total) {
     detail::publish(in);
-    out = T{};
-    total = T{};
-    for (unsigned t = 0; t < blockDim.x; ++t) {
-      const T v = detail::slot<T>(t);
-      if (t <= threadIdx.x) out += v;
-      total += v;
+    if (threadIdx.x == 0) {
+      T sum{};
+      for (unsigned t = 0; t < blockDim.x; ++t) {
+        sum += detail::slot<T>(t);
+        std::memcpy(&bellows_emulation::m.exchange[t], &sum, sizeof(T));
+      }
+    } else if (bellows_emulation::m.threads[0].state == bellows_emulation::wait::done) {
+      bellows_emulation::stuck("a block-wide scan without a thread that has left");
     }
+    __syncthreads();
+    std::memcpy(&out, &bellows_emulation::m.exchange[threadIdx.x], sizeof(T));
+    std::memcpy(&total, &bellows_emulation::m.exchange[blockDim.x - 1], sizeof(T));
     __syncthreads();  // every thread has read before a slot is written again
   }
 };
