@@ -308,6 +308,7 @@ struct machine {
   void (*entry)(void*) = nullptr;
   void* entry_context = nullptr;
   std::uint64_t exchange[1024];  // one slot a thread, for shuffles and votes
+  int block_vote = 0;            // __syncthreads_or's result for the block
 };
 inline machine m;
 inline std::mutex m_mutex;  // held by the host thread whose kernel runs on m
@@ -465,10 +466,18 @@ inline int __syncthreads_or(int predicate) {
   using namespace bellows_emulation;
   m.exchange[threadIdx.x] = predicate != 0;
   arrive(wait::block);
-  int any = 0;
-  for (unsigned t = 0; t < blockDim.x; ++t) any |= m.threads[t].state != wait::done && m.exchange[t] != 0;
+  // The lowest live thread ORs the votes once for the block (once per thread would cost the
+  // square of the block's size); every thread reads the result after the second barrier, and
+  // has read it before the next call's first barrier lets the lowest write it again.
+  unsigned lowest = 0;
+  while (m.threads[lowest].state == wait::done) ++lowest;
+  if (threadIdx.x == lowest) {
+    m.block_vote = 0;
+    for (unsigned t = lowest; t < blockDim.x; ++t)
+      m.block_vote |= m.threads[t].state != wait::done && m.exchange[t] != 0;
+  }
   arrive(wait::block);
-  return any;
+  return m.block_vote;
 }
 inline void __syncwarp(unsigned = 0xFFFFFFFFu) { bellows_emulation::arrive(bellows_emulation::wait::warp); }
 
