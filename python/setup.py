@@ -25,7 +25,9 @@ setup(
             "bellows_torch._C",
             ["bellows_torch/csrc/extension.cpp"],
             include_dirs=[include],
-            extra_compile_args=["-std=c++20", "-O2", "-Wno-deprecated-declarations"],
+            # -g1 after Python's own -g: line tables for backtraces, and a third less compile
+            # time (157 s -> 108 s on one core) than full debug info of PyTorch's headers.
+            extra_compile_args=["-std=c++20", "-O2", "-g1", "-Wno-deprecated-declarations"],
         )
     ],
     cmdclass={"build_ext": BuildExtension},
