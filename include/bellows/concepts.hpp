@@ -40,7 +40,7 @@ class checkpoint_reader;
 ///  5. Optionally `c.allgather_slots(std::span<const std::byte> mine, std::span<std::byte> slots,
 ///     slot)`, as DeviceCollective's below but in the collective's own memory: for blocks of one
 ///     size on every rank, in one call where allgather may take two. sync/bucket_exchange.hpp
-///     uses it where it exists (bellows_torch's process-group adapter offers it).
+///     uses it where it exists (collectives::mpi and bellows_torch's process-group adapter offer it).
 /// Minimal model: archetypes::collective below (one rank).
 template <class C>
 concept Collective = requires(C& c, const C& cc, std::span<float> values, std::span<const std::byte> mine,
@@ -65,7 +65,7 @@ concept Collective = requires(C& c, const C& cc, std::span<float> values, std::s
 ///  3. Optionally `c.alltoall_slots(blocks, slots, slot)`: W blocks of `slot` bytes each, block j
 ///     for rank j; afterwards what rank i sent lies at byte i * slot of `slots`. Where it exists
 ///     the scatter exchange uses it (core/slotted_calls.hpp), in one call where alltoall may make
-///     two (bellows_torch's process group).
+///     two (collectives::mpi and bellows_torch's process group offer it).
 /// Models: collectives::local, collectives::mpi, collectives::nccl, collectives::staged and
 /// collectives::counting over one of them; minimal model archetypes::alltoall_collective below.
 template <class C>

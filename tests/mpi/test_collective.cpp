@@ -7,6 +7,7 @@
 #include <bellows/compressors/identity.hpp>
 
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "../support/alltoall_blocks.hpp"
@@ -52,6 +53,44 @@ TEST_CASE("mpi adapter: alltoall delivers, in rank order, the block each rank se
   const std::vector<std::size_t> short_sizes{1};  // one size for W ranks: refused before MPI is called
   if (comm.size() != 1)
     CHECK_THROWS_WITH_AS(comm.alltoall(blocks, short_sizes, out), doctest::Contains("mpi alltoall:"), bellows::error);
+}
+
+TEST_CASE("mpi adapter: the slot calls deliver, a slot apart, what allgather and alltoall deliver") {
+  bellows::collectives::mpi comm(MPI_COMM_WORLD);
+  const std::size_t w = comm.size(), me = comm.rank();
+  const auto byte_of = [](std::size_t from, std::size_t to, std::size_t k) {
+    return std::byte(static_cast<unsigned char>(from * 61 + to * 17 + k));
+  };
+  // allgather_slots: a full slot, a shorter `mine` (padded with zeros), `mine` already in its slot.
+  constexpr std::size_t slot = 24;
+  for (const std::size_t len : {slot, std::size_t{5}, std::size_t{0}}) {
+    CAPTURE(len);
+    std::vector<std::byte> mine(len), slots(w * slot, std::byte{0xee});
+    for (std::size_t k = 0; k < len; ++k) mine[k] = byte_of(me, 0, k);
+    comm.allgather_slots(mine, slots, slot);
+    for (std::size_t r = 0; r < w; ++r)
+      for (std::size_t k = 0; k < slot; ++k)
+        REQUIRE(slots[r * slot + k] == (k < len ? byte_of(r, 0, k) : std::byte{0}));
+  }
+  std::vector<std::byte> slots(w * slot);
+  for (std::size_t k = 0; k < slot; ++k) slots[me * slot + k] = byte_of(me, 1, k);
+  comm.allgather_slots(std::span(slots).subspan(me * slot, slot), slots, slot);
+  for (std::size_t r = 0; r < w; ++r)
+    for (std::size_t k = 0; k < slot; ++k) REQUIRE(slots[r * slot + k] == byte_of(r, 1, k));
+
+  // alltoall_slots: block j of this rank's W blocks to rank j, what rank i sent at i * slot.
+  std::vector<std::byte> blocks(w * slot), received(w * slot);
+  for (std::size_t to = 0; to < w; ++to)
+    for (std::size_t k = 0; k < slot; ++k) blocks[to * slot + k] = byte_of(me, to, k);
+  comm.alltoall_slots(blocks, received, slot);
+  for (std::size_t from = 0; from < w; ++from)
+    for (std::size_t k = 0; k < slot; ++k) REQUIRE(received[from * slot + k] == byte_of(from, me, k));
+
+  // Sizes that do not fit are refused before MPI is called, on the rank that passed them.
+  CHECK_THROWS_WITH_AS(comm.allgather_slots(std::vector<std::byte>(slot + 8), slots, slot),
+                       doctest::Contains("mpi allgather_slots: 32 bytes"), bellows::error);
+  CHECK_THROWS_WITH_AS(comm.alltoall_slots(std::span(blocks).first(slot * w - 8), received, slot),
+                       doctest::Contains("mpi alltoall_slots:"), bellows::error);
 }
 
 TEST_CASE("mpi adapter: a NaN on one rank gives non_finite on every rank") {

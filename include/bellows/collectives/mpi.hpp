@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstddef>
+#include <cstring>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -112,6 +113,33 @@ public:
     std::byte* base = receive_blocks(out, "allgather offset");
     check(MPI_Allgatherv(mine.data(), len, MPI_BYTE, base, counts_.data(), displs_.data(), MPI_BYTE, comm_),
           "MPI_Allgatherv");
+  }
+
+  /// Blocks of one size on every rank (a bucket's payloads, Collective 5): one MPI_Allgather
+  /// straight into `slots`, rank r's `mine` at byte r * slot; a `mine` shorter than its slot is
+  /// sent padded with zeros.
+  void allgather_slots(std::span<const std::byte> mine, std::span<std::byte> slots, std::size_t slot) {
+    BELLOWS_EXPECTS(mine.size() <= slot && slots.size() >= size_ * slot, "mpi allgather_slots: ", mine.size(),
+                    " bytes into ", slots.size(), " bytes of ", size_, " slots of ", slot);
+    const int len = count_of(slot, "allgather_slots");
+    const std::span<std::byte> own = slots.subspan(rank_ * slot, slot);
+    if (mine.size() == slot && mine.data() != own.data()) {
+      check(MPI_Allgather(mine.data(), len, MPI_BYTE, slots.data(), len, MPI_BYTE, comm_), "MPI_Allgather");
+      return;
+    }
+    if (!mine.empty()) std::memmove(own.data(), mine.data(), mine.size());  // `mine` may lie in its slot already
+    std::ranges::fill(own.subspan(mine.size()), std::byte{0});
+    check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, slots.data(), len, MPI_BYTE, comm_), "MPI_Allgather");
+  }
+
+  /// W blocks of `slot` bytes, block j for rank j (AlltoallCollective 3): one MPI_Alltoall
+  /// straight into `slots`, what rank i sent at byte i * slot.
+  void alltoall_slots(std::span<const std::byte> blocks, std::span<std::byte> slots, std::size_t slot) {
+    BELLOWS_EXPECTS(blocks.size() == size_ * slot && slots.size() >= size_ * slot,
+                    "mpi alltoall_slots: ", blocks.size(), " bytes into ", slots.size(), " bytes of ", size_,
+                    " slots of ", slot);
+    const int len = count_of(slot, "alltoall_slots");
+    check(MPI_Alltoall(blocks.data(), len, MPI_BYTE, slots.data(), len, MPI_BYTE, comm_), "MPI_Alltoall");
   }
 
   /// Sizes by MPI_Alltoall, then the bytes by MPI_Alltoallv into 8-byte aligned blocks
