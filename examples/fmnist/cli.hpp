@@ -36,15 +36,21 @@ inline constexpr const char* options_usage =
     "  --seeds N          seeds 1 .. N (2)\n"
     "  --runs A,B,...     runs to train (all), of: uncompressed powersgd-low powersgd-high\n"
     "                     powersgd-accordion topk-low topk-high topk-accordion, and for the k-th\n"
-    "                     PowerSGD low rank (k >= 2) powersgd-low-pairk powersgd-accordion-pairk\n"
+    "                     PowerSGD low rank (k >= 2) powersgd-low-pairk powersgd-accordion-pairk;\n"
+    "                     named only: qsgd-low qsgd-high qsgd-accordion signsgd-low signsgd-high\n"
+    "                     signsgd-accordion\n"
     "  --powersgd-low R,.. PowerSGD low ranks, one pair of levels with the high rank each (4,2)\n"
     "  --powersgd-high R  PowerSGD high rank (1)\n"
     "  --topk-low X       top-k low level: ratio of elements kept (0.99)\n"
     "  --topk-high X      top-k high level (0.1)\n"
-    "  --exchange E       how the top-k runs' ranks average: gather (every rank's payload to every\n"
-    "                     rank), leader (one rank's indices per step, their values summed) or\n"
-    "                     scatter (each chunk's entries to its owner, selected there, then gathered)\n"
-    "                     (gather)\n"
+    "  --qsgd-low B       QSGD low level: bits per element, 2, 4 or 8 (8)\n"
+    "  --qsgd-high B      QSGD high level (4)\n"
+    "  --signsgd-low N    EF-signSGD low level: elements per scale, 0 for the whole layer (128)\n"
+    "  --signsgd-high N   EF-signSGD high level (0)\n"
+    "  --exchange E       how the top-k, QSGD and EF-signSGD runs' ranks average: gather (every\n"
+    "                     rank's payload to every rank), leader (top-k only: one rank's indices per\n"
+    "                     step, their values summed) or scatter (each chunk to its owner, averaged\n"
+    "                     and compressed again there, then gathered) (gather)\n"
     "  --workers N        data-parallel workers (4); fmnist_mpi takes the number of MPI ranks\n"
     "  --level-change C   what a layer's state does when Accordion switches it: keep (its error\n"
     "                     memory, PowerSGD's shared query columns) or reset (memory zero, query\n"
@@ -86,6 +92,13 @@ inline std::size_t count_of(const std::string& text, const char* name) {
   return static_cast<std::size_t>(v);
 }
 
+/// QSGD's bits per element: 2, 4 or 8.
+inline unsigned bits_of(const std::string& text, const char* name) {
+  const std::size_t b = count_of(text, name);
+  if (b != 2 && b != 4 && b != 8) throw usage_error(std::string(name) + ": bits must be 2, 4 or 8, got '" + text + "'");
+  return static_cast<unsigned>(b);
+}
+
 inline float real_of(const std::string& text, const char* name) {
   std::size_t used = 0;
   float v = 0;
@@ -114,7 +127,7 @@ inline std::vector<run_spec> runs_of(const std::string& list, std::size_t powers
   std::vector<run_spec> runs;
   for (const std::string& id : items_of(list)) {
     bool found = false;
-    for (const run_spec& r : all_runs(powersgd_pairs))
+    for (const run_spec& r : known_runs(powersgd_pairs))
       if (r.id() == id) {
         runs.push_back(r);
         found = true;
@@ -181,6 +194,7 @@ inline command parse(int argc, char** argv, const std::function<bool(std::string
     } else if (arg == "--epochs" || arg == "--seeds" || arg == "--runs" || arg == "--interval" || arg == "--eta" ||
                arg == "--lr" || arg == "--train-images" || arg == "--test-images" || arg == "--epoch-images" ||
                arg == "--powersgd-low" || arg == "--powersgd-high" || arg == "--topk-low" || arg == "--topk-high" ||
+               arg == "--qsgd-low" || arg == "--qsgd-high" || arg == "--signsgd-low" || arg == "--signsgd-high" ||
                arg == "--momentum" || arg == "--level-change" || arg == "--exchange" || arg == "--workers") {
       given.emplace_back(arg, value_of(i, argc, argv));
     } else if (!other || !other(arg, i)) {
@@ -206,12 +220,20 @@ inline command parse(int argc, char** argv, const std::function<bool(std::string
       config.topk_low_ratio = real_of(value, option.c_str());
     } else if (name == "--topk-high") {
       config.topk_high_ratio = real_of(value, option.c_str());
+    } else if (name == "--qsgd-low") {
+      config.qsgd_low_bits = bits_of(value, option.c_str());
+    } else if (name == "--qsgd-high") {
+      config.qsgd_high_bits = bits_of(value, option.c_str());
+    } else if (name == "--signsgd-low") {
+      config.signsgd_low_bucket = count_of(value, option.c_str());
+    } else if (name == "--signsgd-high") {
+      config.signsgd_high_bucket = count_of(value, option.c_str());
     } else if (name == "--momentum") {
       config.train.momentum = real_of(value, option.c_str());
     } else if (name == "--level-change") {
       config.level_change = level_change_of(value);
     } else if (name == "--exchange") {
-      config.topk_exchange = exchange_of(value);
+      config.exchange = exchange_of(value);
     } else if (name == "--workers") {
       config.train.workers = count_of(value, option.c_str());
     } else if (name == "--epoch-images") {

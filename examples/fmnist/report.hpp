@@ -209,8 +209,15 @@ inline void write_text(const std::filesystem::path& path, std::string_view text)
                       config.accordion.interval == 1 ? "" : "s", static_cast<double>(config.accordion.eta),
                       bellows::to_string(config.level_change));
   for (const std::uint64_t seed : config.seeds) s += detail::format(" %llu", static_cast<unsigned long long>(seed));
-  if (config.topk_exchange != bellows::exchange::gather)
-    s += detail::format("; top-k exchange %s", std::string(bellows::to_string(config.topk_exchange)).c_str());
+  // The exchange is named per family trained, where it is not gather.
+  if (config.exchange != bellows::exchange::gather)
+    for (const method m : {method::topk, method::qsgd, method::signsgd})
+      if (config.trains(m))
+        s += detail::format("; %s exchange %s",
+                            m == method::topk   ? "top-k"
+                            : m == method::qsgd ? "QSGD"
+                                                : "EF-signSGD",
+                            std::string(bellows::to_string(config.exchange)).c_str());
   return s;
 }
 
@@ -265,7 +272,7 @@ inline void write_text(const std::filesystem::path& path, std::string_view text)
     for (double& f : r.epoch_floats) f /= n;
     sum.runs.push_back(std::move(r));
   }
-  for (const method m : {method::powersgd, method::topk}) {
+  for (const method m : {method::powersgd, method::topk, method::qsgd, method::signsgd}) {
     const std::size_t pairs = m == method::powersgd ? config.powersgd_low_ranks.size() : 1;
     for (std::size_t k = 0; k < pairs; ++k) {
       family_verdict v;
@@ -340,9 +347,19 @@ inline void write_results_json(const std::filesystem::path& path, const comparis
   s += ", \"topk\": {\"low_ratio\": " + json_number(config.topk_low_ratio) +
        ", \"high_ratio\": " + json_number(config.topk_high_ratio);
   // Named where it is not gather, so that the results of gather runs keep their bytes.
-  if (config.topk_exchange != bellows::exchange::gather)
-    s += ", \"exchange\": " + json_string(bellows::to_string(config.topk_exchange));
-  s += "}},\n  \"layers\": [";
+  const std::string exchange = config.exchange == bellows::exchange::gather
+                                   ? ""
+                                   : ", \"exchange\": " + json_string(bellows::to_string(config.exchange));
+  s += exchange + "}";
+  // QSGD's and EF-signSGD's levels where they trained, so that earlier results keep their bytes.
+  if (config.trains(method::qsgd))
+    s += format(", \"qsgd\": {\"low_bits\": %u, \"high_bits\": %u", config.qsgd_low_bits, config.qsgd_high_bits) +
+         exchange + "}";
+  if (config.trains(method::signsgd))
+    s += format(", \"signsgd\": {\"low_bucket\": %zu, \"high_bucket\": %zu", config.signsgd_low_bucket,
+                config.signsgd_high_bucket) +
+         exchange + "}";
+  s += "},\n  \"layers\": [";
   const std::vector<bellows::layer_info> layers =
       results.empty() ? std::vector<bellows::layer_info>{} : results.front().layers;
   for (std::size_t id = 0; id < layers.size(); ++id) {

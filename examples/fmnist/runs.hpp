@@ -7,6 +7,9 @@
 //   powersgd accordion    PowerSGD switched per layer by the Accordion detector (4 <-> 1, 2 <-> 1)
 //   topk high / low       top-k at ratio 0.1 or 0.99 always
 //   topk accordion        top-k switched per layer by the Accordion detector (0.99 <-> 0.1)
+//   qsgd high / low / accordion      QSGD at 4 or 8 bits, or switched (named by --runs only)
+//   signsgd high / low / accordion   EF-signSGD with one scale per layer or per 128 elements, or
+//                                    switched (named by --runs only)
 //
 // PowerSGD has one pair of levels per low rank (config.powersgd_low_ranks); run_spec::pair picks
 // one. What a layer's state does when Accordion switches it is config.level_change (keep or reset).
@@ -16,6 +19,7 @@
 // reported as `dense`.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +33,8 @@
 #include <bellows/collectives/local.hpp>
 #include <bellows/compressors/identity.hpp>
 #include <bellows/compressors/powersgd.hpp>
+#include <bellows/compressors/qsgd.hpp>
+#include <bellows/compressors/signsgd.hpp>
 #include <bellows/compressors/topk.hpp>
 #include <bellows/core/error.hpp>
 #include <bellows/cpu/executor.hpp>
@@ -46,7 +52,7 @@
 
 namespace fmnist {
 
-enum class method : std::uint8_t { uncompressed, powersgd, topk };
+enum class method : std::uint8_t { uncompressed, powersgd, topk, qsgd, signsgd };
 /// static_low runs the low compression level (rank 4, ratio 0.99) always, static_high the high one.
 enum class policy : std::uint8_t { static_high, static_low, accordion };
 
@@ -55,6 +61,8 @@ enum class policy : std::uint8_t { static_high, static_low, accordion };
     case method::uncompressed: return "uncompressed";
     case method::powersgd: return "powersgd";
     case method::topk: return "topk";
+    case method::qsgd: return "qsgd";
+    case method::signsgd: return "signsgd";
   }
   return "?";
 }
@@ -99,6 +107,15 @@ struct run_spec {
   return runs;
 }
 
+/// The runs --runs may name: all_runs, then QSGD's and EF-signSGD's static low, static high and
+/// Accordion, which the full comparison leaves out (its results predate them).
+[[nodiscard]] inline std::vector<run_spec> known_runs(std::size_t powersgd_pairs) {
+  std::vector<run_spec> runs = all_runs(powersgd_pairs);
+  for (const method m : {method::qsgd, method::signsgd})
+    for (const policy p : {policy::static_low, policy::static_high, policy::accordion}) runs.push_back({m, p});
+  return runs;
+}
+
 /// The level a layer ran at during an epoch.
 enum class level : std::uint8_t {
   low,    ///< the low compression level (critical regime)
@@ -118,10 +135,14 @@ struct comparison_config {
   std::size_t powersgd_high_rank = 1;
   double topk_low_ratio = 0.99;
   double topk_high_ratio = 0.1;
-  /// How the top-k runs' ranks average: gather (every rank's payload to every rank), leader
-  /// (one rank's indices per step, docs/spec.md#top-k-leader) or scatter (chunk owners,
-  /// docs/spec.md#top-k-under-scatter).
-  bellows::exchange topk_exchange = bellows::exchange::gather;
+  unsigned qsgd_low_bits = 8;  ///< QSGD's levels: bits per element (its default bucket of 512)
+  unsigned qsgd_high_bits = 4;
+  std::size_t signsgd_low_bucket = 128;  ///< EF-signSGD's levels: elements per scale (0: the layer)
+  std::size_t signsgd_high_bucket = 0;
+  /// How the top-k, QSGD and EF-signSGD runs' ranks average: gather (every rank's payload to
+  /// every rank), leader (top-k only: one rank's indices per step, docs/spec.md#top-k-leader) or
+  /// scatter (chunk owners, docs/spec.md#scatter-exchange).
+  bellows::exchange exchange = bellows::exchange::gather;
   bellows::accordion_params accordion{};
   /// What a layer's compressor state does when Accordion switches its level.
   bellows::level_change level_change = bellows::level_change::keep;
@@ -145,15 +166,30 @@ struct comparison_config {
       return s;
     };
     const bool psgd = r.how == method::powersgd;
-    const std::string low = psgd ? std::to_string(powersgd_low_ranks.at(r.pair)) : number(topk_low_ratio);
-    const std::string high = psgd ? std::to_string(powersgd_high_rank) : number(topk_high_ratio);
-    std::string s = psgd ? "PowerSGD " : "top-k ";
-    const std::string unit = psgd ? "rank " : "ratio ";
+    std::string low, high, s, unit;
+    switch (r.how) {
+      case method::powersgd:
+        low = std::to_string(powersgd_low_ranks.at(r.pair)), high = std::to_string(powersgd_high_rank);
+        s = "PowerSGD ", unit = "rank ";
+        break;
+      case method::qsgd:
+        low = std::to_string(qsgd_low_bits), high = std::to_string(qsgd_high_bits), s = "QSGD ", unit = "bits ";
+        break;
+      case method::signsgd:
+        low = std::to_string(signsgd_low_bucket), high = std::to_string(signsgd_high_bucket);
+        s = "EF-signSGD ", unit = "bucket ";
+        break;
+      default: low = number(topk_low_ratio), high = number(topk_high_ratio), s = "top-k ", unit = "ratio ";
+    }
     // The exchange is named where it is not the default, so the labels of gather runs stay.
-    const std::string by =
-        psgd || topk_exchange == bellows::exchange::gather ? "" : ", " + std::string(to_string(topk_exchange));
+    const std::string by = psgd || exchange == bellows::exchange::gather ? "" : ", " + std::string(to_string(exchange));
     if (r.when == policy::accordion) return s + "Accordion (" + unit + low + " ↔ " + high + by + ")";
     return s + (r.when == policy::static_low ? "static low (" + unit + low : "static high (" + unit + high) + by + ")";
+  }
+
+  /// Whether a run of family `m` is among the runs.
+  [[nodiscard]] bool trains(method m) const noexcept {
+    return std::any_of(runs.begin(), runs.end(), [m](const run_spec& r) { return r.how == m; });
   }
 
   /// Raises bellows::error naming the bad value.
@@ -174,6 +210,17 @@ struct comparison_config {
     BELLOWS_EXPECTS(topk_low_ratio > 0 && topk_low_ratio <= 1 && topk_high_ratio > 0 && topk_high_ratio <= 1,
                     "fmnist comparison: top-k ratios must be in (0, 1], got low ", topk_low_ratio, " and high ",
                     topk_high_ratio);
+    for (const run_spec& r : runs) {
+      const bool codec = r.how == method::qsgd || r.how == method::signsgd;
+      BELLOWS_EXPECTS(!codec || exchange != bellows::exchange::leader, "fmnist comparison: run '", r.id(),
+                      "' exchanges by gather or scatter; the leader is top-k's only");
+      BELLOWS_EXPECTS(!codec || !on_device, "fmnist comparison: run '", r.id(),
+                      "' trains on the CPU only (--backend cuda takes the PowerSGD and top-k runs)");
+    }
+    bellows::qsgd_params{.bits = qsgd_low_bits}.validate();
+    bellows::qsgd_params{.bits = qsgd_high_bits}.validate();
+    bellows::signsgd_params{.bucket = signsgd_low_bucket}.validate();
+    bellows::signsgd_params{.bucket = signsgd_high_bucket}.validate();
     accordion.validate();
     BELLOWS_EXPECTS((train.checkpoint.empty() && train.resume.empty()) || (runs.size() == 1 && seeds.size() == 1),
                     "fmnist comparison: a checkpoint holds one training; choose one run and one seed "
@@ -374,8 +421,8 @@ std::vector<run_result> run_comparison(const dataset& data, const comparison_con
         d.powersgd = spec.how == method::powersgd;
         d.powersgd_low = {.rank = config.powersgd_low_ranks.at(spec.pair)};
         d.powersgd_high = {.rank = config.powersgd_high_rank};
-        d.topk_low = {.ratio = config.topk_low_ratio, .exchange = config.topk_exchange};
-        d.topk_high = {.ratio = config.topk_high_ratio, .exchange = config.topk_exchange};
+        d.topk_low = {.ratio = config.topk_low_ratio, .exchange = config.exchange};
+        d.topk_high = {.ratio = config.topk_high_ratio, .exchange = config.exchange};
         if (spec.when == policy::accordion) d.accordion = config.accordion;
         d.fixed = static_regime(spec.when);
         run([&] { return device_averaging(d); });
@@ -390,9 +437,15 @@ std::vector<run_result> run_comparison(const dataset& data, const comparison_con
       else if (spec.how == method::powersgd)
         run_levels(bellows::powersgd<>({.rank = config.powersgd_low_ranks.at(spec.pair)}, exec),
                    bellows::powersgd<>({.rank = config.powersgd_high_rank}, exec));
+      else if (spec.how == method::qsgd)
+        run_levels(bellows::qsgd<>({.bits = config.qsgd_low_bits, .exchange = config.exchange}, exec),
+                   bellows::qsgd<>({.bits = config.qsgd_high_bits, .exchange = config.exchange}, exec));
+      else if (spec.how == method::signsgd)
+        run_levels(bellows::signsgd<>({.bucket = config.signsgd_low_bucket, .exchange = config.exchange}, exec),
+                   bellows::signsgd<>({.bucket = config.signsgd_high_bucket, .exchange = config.exchange}, exec));
       else
-        run_levels(bellows::topk<>({.ratio = config.topk_low_ratio, .exchange = config.topk_exchange}, exec),
-                   bellows::topk<>({.ratio = config.topk_high_ratio, .exchange = config.topk_exchange}, exec));
+        run_levels(bellows::topk<>({.ratio = config.topk_low_ratio, .exchange = config.exchange}, exec),
+                   bellows::topk<>({.ratio = config.topk_high_ratio, .exchange = config.exchange}, exec));
     }
   }
   return results;

@@ -147,6 +147,8 @@ struct panel {
 [[nodiscard]] inline const char* run_colour(const run_spec& r) {
   if (r.how == method::uncompressed) return "#222222";
   if (r.how == method::topk) return "#d2452b";
+  if (r.how == method::qsgd) return "#e69f00";
+  if (r.how == method::signsgd) return "#56b4e9";
   const char* powersgd[] = {"#1f6fb4", "#6a3d9a", "#1b9e77", "#8c564b"};
   return powersgd[r.pair % 4];
 }

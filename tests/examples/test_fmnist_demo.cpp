@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -320,12 +321,12 @@ TEST_CASE("fmnist demo: the command line sets the levels, momentum, level change
 
 TEST_CASE("fmnist demo: --exchange leader trains top-k by one rank's indices, recorded in results.json") {
   const fmnist::cli::command c = parse({"--exchange", "leader", "--workers", "8"});
-  CHECK(c.config.topk_exchange == bellows::exchange::leader);
+  CHECK(c.config.exchange == bellows::exchange::leader);
   CHECK(c.config.train.workers == 8);
   CHECK(c.config.label({fmnist::method::topk, fmnist::policy::static_high}) == "top-k static high (ratio 0.1, leader)");
   CHECK(c.config.label({fmnist::method::powersgd, fmnist::policy::static_high}) == "PowerSGD static high (rank 1)");
-  CHECK(parse({}).config.topk_exchange == bellows::exchange::gather);
-  CHECK(parse({"--exchange", "scatter"}).config.topk_exchange == bellows::exchange::scatter);
+  CHECK(parse({}).config.exchange == bellows::exchange::gather);
+  CHECK(parse({"--exchange", "scatter"}).config.exchange == bellows::exchange::scatter);
   CHECK_THROWS_WITH_AS(parse({"--exchange", "ring"}), doctest::Contains("'ring' is not gather, leader or scatter"),
                        fmnist::cli::usage_error);
   CHECK_THROWS_WITH_AS(parse({"--workers", "two"}), doctest::Contains("--workers: not a whole number"),
@@ -339,7 +340,7 @@ TEST_CASE("fmnist demo: --exchange leader trains top-k by one rank's indices, re
     fmnist::comparison_config config =
         fmnist::testing::small_comparison(2, 256, {{fmnist::method::topk, fmnist::policy::static_high}});
     config.train.workers = workers;
-    config.topk_exchange = x;
+    config.exchange = x;
     const std::vector<fmnist::run_result> results = fmnist::run_comparison(*data, config);
     REQUIRE(results.size() == 1);
     for (const fmnist::epoch_record& e : results[0].epochs) {
@@ -353,7 +354,7 @@ TEST_CASE("fmnist demo: --exchange leader trains top-k by one rank's indices, re
 
   fmnist::comparison_config config =
       fmnist::testing::small_comparison(1, 128, {{fmnist::method::topk, fmnist::policy::static_high}});
-  config.topk_exchange = bellows::exchange::leader;
+  config.exchange = bellows::exchange::leader;
   const auto dir = std::filesystem::temp_directory_path() / "bellows_fmnist_leader_test";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -361,6 +362,68 @@ TEST_CASE("fmnist demo: --exchange leader trains top-k by one rank's indices, re
   const nlohmann::json j = nlohmann::json::parse(read_text(dir / "results.json"));
   CHECK(j["config"]["topk"]["exchange"] == "leader");
   CHECK(j["runs"][0]["label"] == "top-k static high (ratio 0.1, leader)");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("fmnist demo: QSGD and EF-signSGD runs, named by --runs, train by gather and by scatter") {
+  const fmnist::cli::command c = parse({"--runs", "qsgd-high,signsgd-low,signsgd-accordion", "--exchange", "scatter",
+                                        "--qsgd-high", "2", "--signsgd-low", "64"});
+  using fmnist::method, fmnist::policy;
+  const std::vector<fmnist::run_spec> named{{method::qsgd, policy::static_high},
+                                            {method::signsgd, policy::static_low},
+                                            {method::signsgd, policy::accordion}};
+  CHECK(c.config.runs == named);
+  CHECK(c.config.label(named[0]) == "QSGD static high (bits 2, scatter)");
+  CHECK(c.config.label(named[1]) == "EF-signSGD static low (bucket 64, scatter)");
+  CHECK(c.config.label(named[2]) == "EF-signSGD Accordion (bucket 64 ↔ 0, scatter)");
+  CHECK(c.config.label({method::qsgd, policy::static_low}) == "QSGD static low (bits 8, scatter)");
+  for (const fmnist::run_spec& r : parse({}).config.runs)  // the full comparison as its results have it
+    CHECK((r.how != method::qsgd && r.how != method::signsgd));
+  CHECK_THROWS_WITH_AS(parse({"--qsgd-low", "3"}), doctest::Contains("--qsgd-low: bits must be 2, 4 or 8, got '3'"),
+                       fmnist::cli::usage_error);
+  CHECK_THROWS_WITH_AS(parse({"--runs", "qsgd-medium"}), doctest::Contains("no run named 'qsgd-medium'"),
+                       fmnist::cli::usage_error);
+  fmnist::comparison_config leader = c.config;
+  leader.exchange = bellows::exchange::leader;
+  CHECK_THROWS_WITH_AS(leader.validate(), doctest::Contains("run 'qsgd-high' exchanges by gather or scatter"),
+                       bellows::error);
+  fmnist::comparison_config too_wide = c.config;
+  too_wide.signsgd_high_bucket = std::size_t{1} << 33;
+  CHECK_THROWS_WITH_AS(too_wide.validate(), doctest::Contains("signsgd: bucket must be below 2^32"), bellows::error);
+
+  const fmnist::dataset* data = fmnist::testing::real_data();
+  if (data == nullptr) return;
+  // Trained on 2 workers by each exchange: every step averaged (none skipped), above chance, and
+  // scatter's weights other than gather's (the owners compress the average again).
+  const auto train = [&](bellows::exchange x) {
+    fmnist::comparison_config config = fmnist::testing::small_comparison(
+        1, 256, {{method::qsgd, policy::static_high}, {method::signsgd, policy::static_high}});
+    config.train.workers = 2;
+    config.exchange = x;
+    const std::vector<fmnist::run_result> results = fmnist::run_comparison(*data, config);
+    REQUIRE(results.size() == 2);
+    for (const fmnist::run_result& r : results)
+      for (const fmnist::epoch_record& e : r.epochs) {
+        CHECK(e.report.skipped_steps == 0);
+        CHECK(e.report.test_accuracy > 0.1);
+        CHECK(e.levels[0] == fmnist::level::high);
+      }
+    return results;
+  };
+  const std::vector<fmnist::run_result> gather = train(bellows::exchange::gather);
+  const std::vector<fmnist::run_result> scatter = train(bellows::exchange::scatter);
+  for (std::size_t i = 0; i < 2; ++i) CHECK(gather[i].weights != scatter[i].weights);
+
+  fmnist::comparison_config config = c.config;
+  const auto dir = std::filesystem::temp_directory_path() / "bellows_fmnist_codecs_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  config.runs = {named[0]};
+  fmnist::write_results_json(dir / "results.json", config, *data, std::span(scatter).first(1));
+  const nlohmann::json j = nlohmann::json::parse(read_text(dir / "results.json"));
+  CHECK(j["config"]["qsgd"] == nlohmann::json::parse(R"({"low_bits": 8, "high_bits": 2, "exchange": "scatter"})"));
+  CHECK(j["config"].count("signsgd") == 0);  // written where its runs trained
+  CHECK(fmnist::describe(config, *data).ends_with("; QSGD exchange scatter"));
   std::filesystem::remove_all(dir);
 }
 
