@@ -6,8 +6,8 @@
 # With TOGETHER, one translation unit includes them all: the compiler's warnings on every header
 # for a second compiler, whose self-containment the first proved. With EMULATION (KIND=cuh), a
 # host compiler parses the .cuh headers against the CUDA emulation in that directory
-# (tests/emulation): their self-containment at a tenth of nvcc's cost per header, beside one nvcc
-# translation unit of them all.
+# (tests/emulation): their self-containment at about a third of nvcc's time per header, beside
+# one nvcc translation unit of them all.
 file(GLOB_RECURSE headers RELATIVE ${INCLUDE_DIR} ${INCLUDE_DIR}/bellows/*.${KIND})
 if(SKIP)
   list(REMOVE_ITEM headers ${SKIP})
