@@ -405,8 +405,6 @@ std::vector<run_result> run_comparison(const dataset& data, const comparison_con
       const auto run = [&](auto make_sync) {
         results.push_back(detail::run_one(data, config, spec, seed, trainer, make_sync, progress));
       };
-      // The instances of a family for critical and normal layers (the low and the high compression
-      // level) under the run's policy.
       // QSGD and EF-signSGD run static only: an Accordion synchronizer of each would add a fifth
       // of the compile time of every file that includes this one, for runs nobody asked for.
       const auto run_static = [&](const auto& critical, const auto& normal) {
@@ -414,6 +412,8 @@ std::vector<run_result> run_comparison(const dataset& data, const comparison_con
           return bellows::synchronizer(critical, normal, bellows::static_policy(static_regime(spec.when)), exec);
         });
       };
+      // The instances of a family for critical and normal layers (the low and the high compression
+      // level) under the run's policy.
       const auto run_levels = [&](const auto& critical, const auto& normal) {
         if (spec.when == policy::accordion)
           run([&] {
