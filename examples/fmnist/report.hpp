@@ -213,10 +213,7 @@ inline void write_text(const std::filesystem::path& path, std::string_view text)
   if (config.exchange != bellows::exchange::gather)
     for (const method m : {method::topk, method::qsgd, method::signsgd})
       if (config.trains(m))
-        s += detail::format("; %s exchange %s",
-                            m == method::topk   ? "top-k"
-                            : m == method::qsgd ? "QSGD"
-                                                : "EF-signSGD",
+        s += detail::format("; %s exchange %s", std::string(display_name(m)).c_str(),
                             std::string(bellows::to_string(config.exchange)).c_str());
   return s;
 }

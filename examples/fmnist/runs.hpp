@@ -67,6 +67,18 @@ enum class policy : std::uint8_t { static_high, static_low, accordion };
   return "?";
 }
 
+/// A family's name in labels and descriptions: "PowerSGD", "top-k", "QSGD", "EF-signSGD".
+[[nodiscard]] constexpr std::string_view display_name(method m) noexcept {
+  switch (m) {
+    case method::uncompressed: return "uncompressed";
+    case method::powersgd: return "PowerSGD";
+    case method::topk: return "top-k";
+    case method::qsgd: return "QSGD";
+    case method::signsgd: return "EF-signSGD";
+  }
+  return "?";
+}
+
 [[nodiscard]] constexpr std::string_view to_string(policy p) noexcept {
   switch (p) {
     case policy::static_high: return "static high";
@@ -166,21 +178,21 @@ struct comparison_config {
       return s;
     };
     const bool psgd = r.how == method::powersgd;
-    std::string low, high, s, unit;
+    std::string low, high, unit;
     switch (r.how) {
       case method::powersgd:
         low = std::to_string(powersgd_low_ranks.at(r.pair)), high = std::to_string(powersgd_high_rank);
-        s = "PowerSGD ", unit = "rank ";
+        unit = "rank ";
         break;
       case method::qsgd:
-        low = std::to_string(qsgd_low_bits), high = std::to_string(qsgd_high_bits), s = "QSGD ", unit = "bits ";
+        low = std::to_string(qsgd_low_bits), high = std::to_string(qsgd_high_bits), unit = "bits ";
         break;
       case method::signsgd:
-        low = std::to_string(signsgd_low_bucket), high = std::to_string(signsgd_high_bucket);
-        s = "EF-signSGD ", unit = "bucket ";
+        low = std::to_string(signsgd_low_bucket), high = std::to_string(signsgd_high_bucket), unit = "bucket ";
         break;
-      default: low = number(topk_low_ratio), high = number(topk_high_ratio), s = "top-k ", unit = "ratio ";
+      default: low = number(topk_low_ratio), high = number(topk_high_ratio), unit = "ratio ";
     }
+    const std::string s = std::string(display_name(r.how)) + " ";
     // The exchange is named where it is not the default, so the labels of gather runs stay.
     const std::string by = psgd || exchange == bellows::exchange::gather ? "" : ", " + std::string(to_string(exchange));
     if (r.when == policy::accordion) return s + "Accordion (" + unit + low + " ↔ " + high + by + ")";
