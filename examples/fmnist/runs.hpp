@@ -46,6 +46,9 @@
 #if defined(FMNIST_CUDA)
 #include "device.hpp"
 #endif
+#if defined(FMNIST_RUNS_LIBRARY_MPI)
+#include <bellows/collectives/mpi.hpp>
+#endif
 
 #include "idx.hpp"
 #include "train.hpp"
@@ -471,5 +474,17 @@ std::vector<run_result> run_comparison(const dataset& data, const comparison_con
   }
   return results;
 }
+
+#if defined(FMNIST_RUNS_LIBRARY)
+// Programs and tests that link fmnist_runs (runs.cmake) take the comparison on threads from it,
+// compiled once (runs_threads.cpp), instead of compiling it each (40 s); those that link
+// fmnist_runs_mpi take the comparison over MPI from it too (runs_mpi.cpp).
+extern template std::vector<run_result> run_comparison<on_threads>(const dataset&, const comparison_config&,
+                                                                   const progress_callback&, on_threads);
+#endif
+#if defined(FMNIST_RUNS_LIBRARY_MPI)
+extern template std::vector<run_result> run_comparison<on_rank<bellows::collectives::mpi>>(
+    const dataset&, const comparison_config&, const progress_callback&, on_rank<bellows::collectives::mpi>);
+#endif
 
 }  // namespace fmnist
