@@ -435,9 +435,7 @@ std::vector<run_result> run_comparison(const dataset& data, const comparison_con
             return bellows::synchronizer(critical, normal, bellows::accordion(config.accordion, exec), exec);
           });
         else
-          run([&] {
-            return bellows::synchronizer(critical, normal, bellows::static_policy(static_regime(spec.when)), exec);
-          });
+          run_static(critical, normal);
       };
 #if defined(FMNIST_CUDA)
       if (config.on_device && spec.how != method::uncompressed) {
