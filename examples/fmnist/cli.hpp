@@ -50,6 +50,9 @@ inline constexpr const char* options_usage =
     "                     rank's payload to every rank), leader (top-k only: one rank's indices per\n"
     "                     step, their values summed) or scatter (each chunk to its owner, averaged\n"
     "                     and compressed again there, then gathered) (gather)\n"
+    "  --owner-memory M   under scatter: on or off, whether the chunks' owners keep the error of\n"
+    "                     their second compression (each codec's default: on for top-k and\n"
+    "                     EF-signSGD, off for QSGD)\n"
     "  --workers N        data-parallel workers (4); fmnist_mpi takes the number of MPI ranks\n"
     "  --level-change C   what a layer's state does when Accordion switches it: keep (its error\n"
     "                     memory, PowerSGD's shared query columns) or reset (memory zero, query\n"
@@ -142,6 +145,11 @@ inline bellows::exchange exchange_of(const std::string& text) {
   throw usage_error("--exchange: '" + text + "' is not gather, leader or scatter");
 }
 
+inline bool on_off_of(const std::string& text, const char* option) {
+  if (text == "on" || text == "off") return text == "on";
+  throw usage_error(std::string(option) + ": '" + text + "' is neither on nor off");
+}
+
 inline bellows::level_change level_change_of(const std::string& text) {
   for (const bellows::level_change c : {bellows::level_change::keep, bellows::level_change::reset})
     if (text == bellows::to_string(c)) return c;
@@ -194,7 +202,8 @@ inline command parse(int argc, char** argv, const std::function<bool(std::string
                arg == "--lr" || arg == "--train-images" || arg == "--test-images" || arg == "--epoch-images" ||
                arg == "--powersgd-low" || arg == "--powersgd-high" || arg == "--topk-low" || arg == "--topk-high" ||
                arg == "--qsgd-low" || arg == "--qsgd-high" || arg == "--signsgd-low" || arg == "--signsgd-high" ||
-               arg == "--momentum" || arg == "--level-change" || arg == "--exchange" || arg == "--workers") {
+               arg == "--momentum" || arg == "--level-change" || arg == "--exchange" || arg == "--owner-memory" ||
+               arg == "--workers") {
       given.emplace_back(arg, value_of(i, argc, argv));
     } else if (!other || !other(arg, i)) {
       throw usage_error("unknown option '" + std::string(arg) + "'");
@@ -233,6 +242,8 @@ inline command parse(int argc, char** argv, const std::function<bool(std::string
       config.level_change = level_change_of(value);
     } else if (name == "--exchange") {
       config.exchange = exchange_of(value);
+    } else if (name == "--owner-memory") {
+      config.owner_memory = on_off_of(value, option.c_str());
     } else if (name == "--workers") {
       config.train.workers = count_of(value, option.c_str());
     } else if (name == "--epoch-images") {

@@ -213,8 +213,7 @@ inline void write_text(const std::filesystem::path& path, std::string_view text)
   if (config.exchange != bellows::exchange::gather)
     for (const method m : {method::topk, method::qsgd, method::signsgd})
       if (config.trains(m))
-        s += detail::format("; %s exchange %s", std::string(display_name(m)).c_str(),
-                            std::string(bellows::to_string(config.exchange)).c_str());
+        s += detail::format("; %s exchange %s", std::string(display_name(m)).c_str(), config.exchange_words().c_str());
   return s;
 }
 
@@ -344,9 +343,10 @@ inline void write_results_json(const std::filesystem::path& path, const comparis
   s += ", \"topk\": {\"low_ratio\": " + json_number(config.topk_low_ratio) +
        ", \"high_ratio\": " + json_number(config.topk_high_ratio);
   // Named where it is not gather, so that the results of gather runs keep their bytes.
-  const std::string exchange = config.exchange == bellows::exchange::gather
-                                   ? ""
-                                   : ", \"exchange\": " + json_string(bellows::to_string(config.exchange));
+  std::string exchange = config.exchange == bellows::exchange::gather
+                             ? ""
+                             : ", \"exchange\": " + json_string(bellows::to_string(config.exchange));
+  if (config.owner_memory) exchange += ", \"owner_memory\": " + json_string(*config.owner_memory ? "on" : "off");
   s += exchange + "}";
   // QSGD's and EF-signSGD's levels where they trained, so that earlier results keep their bytes.
   if (config.trains(method::qsgd))

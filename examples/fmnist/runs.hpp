@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -158,6 +159,10 @@ struct comparison_config {
   /// every rank), leader (top-k only: one rank's indices per step, docs/spec.md#top-k-leader) or
   /// scatter (chunk owners, docs/spec.md#scatter-exchange).
   bellows::exchange exchange = bellows::exchange::gather;
+  /// Under scatter: whether the chunks' owners keep the error of their second compression (the
+  /// compressors' owner_memory); empty: each codec's default (on for top-k and EF-signSGD, off
+  /// for QSGD).
+  std::optional<bool> owner_memory;
   bellows::accordion_params accordion{};
   /// What a layer's compressor state does when Accordion switches its level.
   bellows::level_change level_change = bellows::level_change::keep;
@@ -197,9 +202,25 @@ struct comparison_config {
     }
     const std::string s = std::string(display_name(r.how)) + " ";
     // The exchange is named where it is not the default, so the labels of gather runs stay.
-    const std::string by = psgd || exchange == bellows::exchange::gather ? "" : ", " + std::string(to_string(exchange));
+    const std::string by = psgd || exchange == bellows::exchange::gather ? "" : ", " + exchange_words();
     if (r.when == policy::accordion) return s + "Accordion (" + unit + low + " ↔ " + high + by + ")";
     return s + (r.when == policy::static_low ? "static low (" + unit + low : "static high (" + unit + high) + by + ")";
+  }
+
+  /// The exchange as labels and descriptions name it: "scatter", or "scatter, owner memory off"
+  /// where the owner memory is set.
+  [[nodiscard]] std::string exchange_words() const {
+    std::string s(to_string(exchange));
+    if (owner_memory) s += *owner_memory ? ", owner memory on" : ", owner memory off";
+    return s;
+  }
+
+  /// `p` with this configuration's exchange and, where it is set, owner memory.
+  template <class Params>
+  [[nodiscard]] Params exchanged(Params p) const {
+    p.exchange = exchange;
+    if (owner_memory) p.owner_memory = *owner_memory;
+    return p;
   }
 
   /// Whether a run of family `m` is among the runs.
@@ -225,6 +246,9 @@ struct comparison_config {
     BELLOWS_EXPECTS(topk_low_ratio > 0 && topk_low_ratio <= 1 && topk_high_ratio > 0 && topk_high_ratio <= 1,
                     "fmnist comparison: top-k ratios must be in (0, 1], got low ", topk_low_ratio, " and high ",
                     topk_high_ratio);
+    BELLOWS_EXPECTS(!owner_memory || exchange == bellows::exchange::scatter,
+                    "fmnist comparison: an owner memory is the scatter exchange's, the exchange is ",
+                    to_string(exchange));
     for (const run_spec& r : runs) {
       const bool codec = r.how == method::qsgd || r.how == method::signsgd;
       BELLOWS_EXPECTS(!codec || exchange != bellows::exchange::leader, "fmnist comparison: run '", r.id(),
@@ -443,8 +467,8 @@ std::vector<run_result> run_comparison(const dataset& data, const comparison_con
         d.powersgd = spec.how == method::powersgd;
         d.powersgd_low = {.rank = config.powersgd_low_ranks.at(spec.pair)};
         d.powersgd_high = {.rank = config.powersgd_high_rank};
-        d.topk_low = {.ratio = config.topk_low_ratio, .exchange = config.exchange};
-        d.topk_high = {.ratio = config.topk_high_ratio, .exchange = config.exchange};
+        d.topk_low = config.exchanged(bellows::topk_params{.ratio = config.topk_low_ratio});
+        d.topk_high = config.exchanged(bellows::topk_params{.ratio = config.topk_high_ratio});
         if (spec.when == policy::accordion) d.accordion = config.accordion;
         d.fixed = static_regime(spec.when);
         run([&] { return device_averaging(d); });
@@ -460,14 +484,15 @@ std::vector<run_result> run_comparison(const dataset& data, const comparison_con
         run_levels(bellows::powersgd<>({.rank = config.powersgd_low_ranks.at(spec.pair)}, exec),
                    bellows::powersgd<>({.rank = config.powersgd_high_rank}, exec));
       else if (spec.how == method::qsgd)
-        run_static(bellows::qsgd<>({.bits = config.qsgd_low_bits, .exchange = config.exchange}, exec),
-                   bellows::qsgd<>({.bits = config.qsgd_high_bits, .exchange = config.exchange}, exec));
+        run_static(bellows::qsgd<>(config.exchanged(bellows::qsgd_params{.bits = config.qsgd_low_bits}), exec),
+                   bellows::qsgd<>(config.exchanged(bellows::qsgd_params{.bits = config.qsgd_high_bits}), exec));
       else if (spec.how == method::signsgd)
-        run_static(bellows::signsgd<>({.bucket = config.signsgd_low_bucket, .exchange = config.exchange}, exec),
-                   bellows::signsgd<>({.bucket = config.signsgd_high_bucket, .exchange = config.exchange}, exec));
+        run_static(
+            bellows::signsgd<>(config.exchanged(bellows::signsgd_params{.bucket = config.signsgd_low_bucket}), exec),
+            bellows::signsgd<>(config.exchanged(bellows::signsgd_params{.bucket = config.signsgd_high_bucket}), exec));
       else
-        run_levels(bellows::topk<>({.ratio = config.topk_low_ratio, .exchange = config.exchange}, exec),
-                   bellows::topk<>({.ratio = config.topk_high_ratio, .exchange = config.exchange}, exec));
+        run_levels(bellows::topk<>(config.exchanged(bellows::topk_params{.ratio = config.topk_low_ratio}), exec),
+                   bellows::topk<>(config.exchanged(bellows::topk_params{.ratio = config.topk_high_ratio}), exec));
     }
   }
   return results;

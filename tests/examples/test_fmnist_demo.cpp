@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -427,6 +428,62 @@ TEST_CASE("fmnist demo: QSGD and EF-signSGD runs, named by --runs, train by gath
   CHECK(j["config"]["qsgd"] == nlohmann::json::parse(R"({"low_bits": 8, "high_bits": 2, "exchange": "scatter"})"));
   CHECK(j["config"].count("signsgd") == 0);  // written where its runs trained
   CHECK(fmnist::describe(config, *data).ends_with("; QSGD exchange scatter"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("fmnist demo: --owner-memory sets the scatter owners' memory of every codec, named where it is set") {
+  using fmnist::method, fmnist::policy;
+  CHECK_FALSE(parse({}).config.owner_memory.has_value());
+  const fmnist::cli::command c =
+      parse({"--runs", "signsgd-low,topk-high", "--exchange", "scatter", "--owner-memory", "off"});
+  REQUIRE(c.config.owner_memory.has_value());
+  CHECK_FALSE(*c.config.owner_memory);
+  CHECK(*parse({"--exchange", "scatter", "--owner-memory", "on"}).config.owner_memory);
+  CHECK(c.config.label({method::signsgd, policy::static_low}) ==
+        "EF-signSGD static low (bucket 128, scatter, owner memory off)");
+  CHECK(c.config.label({method::topk, policy::static_high}) ==
+        "top-k static high (ratio 0.1, scatter, owner memory off)");
+  CHECK(c.config.exchanged(bellows::qsgd_params{}).owner_memory == false);
+  CHECK(c.config.exchanged(bellows::signsgd_params{}).owner_memory == false);
+  CHECK(c.config.exchanged(bellows::topk_params{}).exchange == bellows::exchange::scatter);
+  CHECK_THROWS_WITH_AS(parse({"--exchange", "scatter", "--owner-memory", "yes"}),
+                       doctest::Contains("--owner-memory: 'yes' is neither on nor off"), fmnist::cli::usage_error);
+  fmnist::comparison_config gathered = c.config;
+  gathered.exchange = bellows::exchange::gather;
+  CHECK_THROWS_WITH_AS(gathered.validate(),
+                       doctest::Contains("an owner memory is the scatter exchange's, the exchange is gather"),
+                       bellows::error);
+
+  const fmnist::dataset* data = fmnist::testing::real_data();
+  if (data == nullptr) return;
+  // EF-signSGD by scatter on 2 workers: "on" trains what the default trains (bit for bit), "off"
+  // something else (the owners drop what their signs left out).
+  const auto train = [&](std::optional<bool> owner_memory) {
+    fmnist::comparison_config config =
+        fmnist::testing::small_comparison(1, 256, {{method::signsgd, policy::static_low}});
+    config.train.workers = 2;
+    config.exchange = bellows::exchange::scatter;
+    config.owner_memory = owner_memory;
+    const std::vector<fmnist::run_result> results = fmnist::run_comparison(*data, config);
+    REQUIRE(results.size() == 1);
+    for (const fmnist::epoch_record& e : results[0].epochs) CHECK(e.report.skipped_steps == 0);
+    return results;
+  };
+  const std::vector<fmnist::run_result> kept = train(true), dropped = train(false);
+  CHECK(train(std::nullopt)[0].weights == kept[0].weights);
+  CHECK(dropped[0].weights != kept[0].weights);
+
+  fmnist::comparison_config config = c.config;
+  config.runs = {{method::signsgd, policy::static_low}};
+  const auto dir = std::filesystem::temp_directory_path() / "bellows_fmnist_owner_memory_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  fmnist::write_results_json(dir / "results.json", config, *data, dropped);
+  const nlohmann::json j = nlohmann::json::parse(read_text(dir / "results.json"));
+  CHECK(
+      j["config"]["signsgd"] ==
+      nlohmann::json::parse(R"({"low_bucket": 128, "high_bucket": 0, "exchange": "scatter", "owner_memory": "off"})"));
+  CHECK(fmnist::describe(config, *data).ends_with("; EF-signSGD exchange scatter, owner memory off"));
   std::filesystem::remove_all(dir);
 }
 
