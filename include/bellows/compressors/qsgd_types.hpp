@@ -81,21 +81,18 @@ struct qsgd_method {
   };
 
   [[nodiscard]] static params configure(const method_settings& s) {
-    return {.bits = static_cast<unsigned>(s.whole("bits", params{}.bits)),
-            .bucket = static_cast<std::size_t>(s.whole("bucket", params{}.bucket)),
-            .norm = s.choice("norm", "l2|max-abs", "l2") == "max-abs" ? qsgd_norm::max_abs : qsgd_norm::l2,
-            .seed = s.whole("seed", params{}.seed),
-            .feedback = feedback_setting(s, params{}.feedback),
-            .exchange = exchange_setting(s, "gather|scatter"),
-            .owner_memory = owner_memory_setting(s, params{}.owner_memory)};
+    return with_exchange_settings(
+        params{.bits = static_cast<unsigned>(s.whole("bits", params{}.bits)),
+               .bucket = static_cast<std::size_t>(s.whole("bucket", params{}.bucket)),
+               .norm = s.choice("norm", "l2|max-abs", "l2") == "max-abs" ? qsgd_norm::max_abs : qsgd_norm::l2,
+               .seed = s.whole("seed", params{}.seed)},
+        s, "gather|scatter", params{}.feedback, params{}.owner_memory);
   }
   [[nodiscard]] static std::vector<method_param> describe(const params& p) {
-    return {{"bits", std::uint64_t{p.bits}},
-            {"bucket", std::uint64_t{p.bucket}},
-            {"norm", p.norm == qsgd_norm::max_abs ? "max-abs" : "l2"},
-            {"error_feedback", to_string(p.feedback)},
-            {"exchange", to_string(p.exchange)},
-            {"owner_memory", p.owner_memory ? "on" : "off"}};
+    return with_exchange_description({{"bits", std::uint64_t{p.bits}},
+                                      {"bucket", std::uint64_t{p.bucket}},
+                                      {"norm", p.norm == qsgd_norm::max_abs ? "max-abs" : "l2"}},
+                                     p);
   }
   template <class Exec>
   [[nodiscard]] static compressor<Exec> make(const params& p, Exec& exec) {

@@ -99,21 +99,15 @@ struct randk_method {
 
   [[nodiscard]] static params configure(const method_settings& s) {
     const bool unbiased = s.flag("unbiased");
-    return {.ratio = s.number("ratio", params{}.ratio),
-            .mode = s.flag("per-rank") ? randk_mode::per_rank : randk_mode::shared,
-            .unbiased = unbiased,
-            .feedback = feedback_setting(s, unbiased ? feedback::none : params{}.feedback),
-            .seed = s.whole("seed", params{}.seed),
-            .exchange = exchange_setting(s, "gather|scatter"),
-            .owner_memory = owner_memory_setting(s, !unbiased && params{}.owner_memory)};
+    return with_exchange_settings(params{.ratio = s.number("ratio", params{}.ratio),
+                                         .mode = s.flag("per-rank") ? randk_mode::per_rank : randk_mode::shared,
+                                         .unbiased = unbiased,
+                                         .seed = s.whole("seed", params{}.seed)},
+                                  s, "gather|scatter", unbiased ? feedback::none : params{}.feedback,
+                                  !unbiased && params{}.owner_memory);
   }
   [[nodiscard]] static std::vector<method_param> describe(const params& p) {
-    return {{"ratio", p.ratio},
-            {"mode", to_string(p.mode)},
-            {"unbiased", p.unbiased},
-            {"error_feedback", to_string(p.feedback)},
-            {"exchange", to_string(p.exchange)},
-            {"owner_memory", p.owner_memory ? "on" : "off"}};
+    return with_exchange_description({{"ratio", p.ratio}, {"mode", to_string(p.mode)}, {"unbiased", p.unbiased}}, p);
   }
   template <class Exec>
   [[nodiscard]] static compressor<Exec> make(const params& p, Exec& exec) {

@@ -71,16 +71,11 @@ struct signsgd_method {
   };
 
   [[nodiscard]] static params configure(const method_settings& s) {
-    return {.bucket = static_cast<std::size_t>(s.whole("bucket", params{}.bucket)),
-            .feedback = feedback_setting(s, params{}.feedback),
-            .exchange = exchange_setting(s, "gather|scatter"),
-            .owner_memory = owner_memory_setting(s, params{}.owner_memory)};
+    return with_exchange_settings(params{.bucket = static_cast<std::size_t>(s.whole("bucket", params{}.bucket))}, s,
+                                  "gather|scatter", params{}.feedback, params{}.owner_memory);
   }
   [[nodiscard]] static std::vector<method_param> describe(const params& p) {
-    return {{"bucket", std::uint64_t{p.bucket}},
-            {"error_feedback", to_string(p.feedback)},
-            {"exchange", to_string(p.exchange)},
-            {"owner_memory", p.owner_memory ? "on" : "off"}};
+    return with_exchange_description({{"bucket", std::uint64_t{p.bucket}}}, p);
   }
   template <class Exec>
   [[nodiscard]] static compressor<Exec> make(const params& p, Exec& exec) {

@@ -102,19 +102,13 @@ struct topk_method {
   };
 
   [[nodiscard]] static params configure(const method_settings& s) {
-    return {.ratio = s.number("ratio", params{}.ratio),
-            .mode = s.flag("approximate") ? topk_mode::approximate : topk_mode::exact,
-            .feedback = feedback_setting(s, params{}.feedback),
-            .seed = s.whole("seed", params{}.seed),
-            .exchange = exchange_setting(s, "gather|leader|scatter"),
-            .owner_memory = owner_memory_setting(s, params{}.owner_memory)};
+    return with_exchange_settings(params{.ratio = s.number("ratio", params{}.ratio),
+                                         .mode = s.flag("approximate") ? topk_mode::approximate : topk_mode::exact,
+                                         .seed = s.whole("seed", params{}.seed)},
+                                  s, "gather|leader|scatter", params{}.feedback, params{}.owner_memory);
   }
   [[nodiscard]] static std::vector<method_param> describe(const params& p) {
-    return {{"ratio", p.ratio},
-            {"mode", to_string(p.mode)},
-            {"error_feedback", to_string(p.feedback)},
-            {"exchange", to_string(p.exchange)},
-            {"owner_memory", p.owner_memory ? "on" : "off"}};
+    return with_exchange_description({{"ratio", p.ratio}, {"mode", to_string(p.mode)}}, p);
   }
   template <class Exec>
   [[nodiscard]] static compressor<Exec> make(const params& p, Exec& exec) {

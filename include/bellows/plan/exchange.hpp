@@ -4,9 +4,11 @@
 #pragma once
 
 #include <string_view>
+#include <vector>
 
 #include "bellows/core/error.hpp"
 #include "bellows/core/method.hpp"
+#include "bellows/plan/feedback.hpp"
 
 namespace bellows {
 
@@ -55,6 +57,28 @@ inline void check_exchange(std::string_view who, exchange x, std::string_view al
 /// The owner memory chosen by settings of owner_memory_option, or `fallback` when they name none.
 [[nodiscard]] inline bool owner_memory_setting(const method_settings& s, bool fallback) {
   return s.choice("owner-memory", "on|off", fallback ? "on" : "off") == "on";
+}
+
+/// `p`, a payload codec's parameters, with what every such codec's settings name alike: the
+/// memory (`memory` when they name none), the exchange among `choices`, and the owner memory
+/// (`owner` when they name none).
+template <class Params>
+[[nodiscard]] Params with_exchange_settings(Params p, const method_settings& s, std::string_view choices,
+                                            feedback memory, bool owner) {
+  p.feedback = feedback_setting(s, memory);
+  p.exchange = exchange_setting(s, choices);
+  p.owner_memory = owner_memory_setting(s, owner);
+  return p;
+}
+
+/// A payload codec's description: its own parameters, `own`, then the memory, the exchange and
+/// the owner memory of `p`.
+template <class Params>
+[[nodiscard]] std::vector<method_param> with_exchange_description(std::vector<method_param> own, const Params& p) {
+  own.push_back({"error_feedback", to_string(p.feedback)});
+  own.push_back({"exchange", to_string(p.exchange)});
+  own.push_back({"owner_memory", p.owner_memory ? "on" : "off"});
+  return own;
 }
 
 }  // namespace bellows
